@@ -1,0 +1,88 @@
+"""Negative controls: each deliberate misconfiguration makes exactly its checks fail.
+
+A check that nothing can make fail proves nothing. Each test breaks one thing on a
+provisioned test host, runs the whole catalogue, asserts that the expected checks
+fail and every other one still passes, and restores the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+
+import pytest
+
+from kooi.checks import Context, run_all
+from kooi.checks.core import FAIL
+
+
+@pytest.fixture(scope="module")
+def ctx(host):
+    return Context.from_host(host)
+
+
+@contextlib.contextmanager
+def backup(host, path):
+    host.run(f"cp -a {path} {path}.kooi-neg")
+    try:
+        yield
+    finally:
+        host.run(f"mv -f {path}.kooi-neg {path}")
+
+
+def failing(host, ctx) -> set[str]:
+    ctx.cache.clear()
+    return {r.id for r in run_all(host, ctx) if r.status == FAIL}
+
+
+def test_baseline_passes(host, ctx):
+    assert failing(host, ctx) == set()
+
+
+def test_runner_in_group_docker(host, ctx):
+    host.run("getent group docker >/dev/null || groupadd docker")
+    assert host.run(f"gpasswd -a {ctx.runner} docker").rc == 0
+    try:
+        assert failing(host, ctx) == {"HOST-RUNNER-NODOCKER"}
+    finally:
+        host.run(f"gpasswd -d {ctx.runner} docker")
+
+
+def test_runner_with_sudo(host, ctx):
+    host.run(f"echo '{ctx.runner} ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/kooi-negative")
+    try:
+        assert failing(host, ctx) == {"HOST-RUNNER-NOSUDO"}
+    finally:
+        host.run("rm -f /etc/sudoers.d/kooi-negative")
+
+
+def test_duplicate_subuid_range(host, ctx):
+    with backup(host, "/etc/subuid"):
+        host.run(f"echo '{ctx.runner}:900000:65536' >> /etc/subuid")
+        assert failing(host, ctx) == {"HOST-SUBID-RANGES"}
+
+
+def test_overlapping_subuid_range(host, ctx):
+    line = [l for l in host.file("/etc/subuid").content_string.splitlines()
+            if l.startswith(ctx.runner + ":")][0]
+    start = int(line.split(":")[1])
+    with backup(host, "/etc/subuid"):
+        host.run(f"echo 'intruder:{start + 1000}:65536' >> /etc/subuid")
+        assert failing(host, ctx) == {"HOST-SUBID-NOOVERLAP"}
+
+
+def test_world_writable_daemon_config(host, ctx):
+    path = shlex.quote(ctx.engine["daemon_config"])
+    mode = host.file(ctx.engine["daemon_config"]).mode
+    host.run(f"chmod 0666 {path}")
+    try:
+        assert failing(host, ctx) == {"HOST-ENGINE-FILES"}
+    finally:
+        host.run(f"chmod {mode:o} {path}")
+
+
+def test_daemon_without_no_new_privileges(host, ctx):
+    path = ctx.engine["daemon_config"]
+    with backup(host, path):
+        host.run(f"sed -i 's/\"no-new-privileges\": true/\"no-new-privileges\": false/' {path}")
+        assert failing(host, ctx) == {"HOST-DAEMON-SETTINGS"}

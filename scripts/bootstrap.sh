@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Prepare a fresh Debian machine (as root) to run kooi and its tests:
+# Debian packages, a Python venv with kooi and its tools in .venv, and a running
+# Docker daemon (started here when no service manager runs one).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+[ "$(id -u)" = 0 ] || { echo "bootstrap: run as root (it installs packages)" >&2; exit 2; }
+export DEBIAN_FRONTEND=noninteractive
+need=(docker.io rootlesskit uidmap slirp4netns dbus-user-session iproute2 debootstrap
+      busybox-static python3 python3-venv python3-docker python3-yaml rsync sudo)
+missing=()
+for p in "${need[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${missing[*]}"
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ ! -x "$repo/.venv/bin/molecule" ] || [ "$repo/pyproject.toml" -nt "$repo/.venv/.kooi-stamp" ]; then
+  echo "bootstrap: creating $repo/.venv"
+  python3 -m venv "$repo/.venv"
+  "$repo/.venv/bin/pip" install -q --upgrade pip
+  "$repo/.venv/bin/pip" install -q -e "$repo[dev]"
+  touch "$repo/.venv/.kooi-stamp"
+fi
+if ! docker info >/dev/null 2>&1; then
+  if [ -d /run/systemd/system ]; then
+    systemctl start docker
+  else
+    echo "bootstrap: starting dockerd (log: /var/log/kooi-ci-dockerd.log)"
+    nohup dockerd >/var/log/kooi-ci-dockerd.log 2>&1 &
+    echo $! >/run/kooi-ci-dockerd.pid
+  fi
+  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { echo "bootstrap: dockerd did not start" >&2; tail -20 /var/log/kooi-ci-dockerd.log >&2; exit 1; }
+fi
+echo "bootstrap: ready"

@@ -1,0 +1,10 @@
+"""kooi's check catalogue: HOST-*, ESC-* ... checks against a testinfra host.
+
+Each check has a stable ID, the threat it covers, and returns pass / fail / na with
+evidence. The same functions back Molecule's verify step (pytest-testinfra) and
+`kooi verify` on a live host. See docs/checks.md.
+"""
+
+from .core import CHECKS, Context, Result, run_all  # noqa: F401
+from . import host as _host  # noqa: F401  (registers the HOST-* checks)
+from . import workload as _workload  # noqa: F401  (registers the ESC-* checks)

@@ -1,0 +1,234 @@
+"""HOST-* checks: the runner user, subordinate ids, the engine and its files."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from .core import FAIL, NA, PASS, check
+
+SUDO_GROUPS = ("sudo", "admin", "wheel", "root")
+MIN_SUBIDS = 65536
+
+
+def _groups(host, user: str) -> list[str]:
+    return host.user(user).groups
+
+
+@check("HOST-RUNNER-USER", "runner user exists and is not root",
+       "a workload running as uid 0 on the host")
+def runner_user(host, ctx):
+    u = host.user(ctx.runner)
+    if not u.exists:
+        return FAIL, f"user {ctx.runner} does not exist"
+    if u.uid == 0 or u.gid == 0:
+        return FAIL, f"{ctx.runner} has uid {u.uid} gid {u.gid}"
+    if u.uid != ctx.engine["runner_uid"]:
+        return FAIL, f"{ctx.runner} has uid {u.uid}, host description says {ctx.engine['runner_uid']}"
+    return PASS, f"{ctx.runner} uid={u.uid} gid={u.gid} home={u.home}"
+
+
+@check("HOST-RUNNER-NOSUDO", "runner user has no sudo rights",
+       "the workload escalating to host root through sudo")
+def runner_nosudo(host, ctx):
+    bad = sorted(set(_groups(host, ctx.runner)) & set(SUDO_GROUPS))
+    if bad:
+        return FAIL, f"{ctx.runner} is in group(s) {', '.join(bad)}"
+    if not host.exists("sudo"):
+        return PASS, "sudo is not installed; no admin group membership"
+    res = host.run(f"sudo -n -l -U {shlex.quote(ctx.runner)}")
+    out = (res.stdout + res.stderr).strip()
+    if "not allowed to run sudo" in out:
+        return PASS, out.splitlines()[-1]
+    return FAIL, f"sudo -l -U {ctx.runner} lists rights: {out[-300:]}"
+
+
+@check("HOST-RUNNER-NODOCKER", "runner user is not in group docker",
+       "group docker reaches the rootful daemon: host root")
+def runner_nodocker(host, ctx):
+    groups = _groups(host, ctx.runner)
+    if "docker" in groups:
+        return FAIL, f"{ctx.runner} is in group docker (groups: {', '.join(groups)})"
+    return PASS, f"groups of {ctx.runner}: {', '.join(groups)}"
+
+
+def _parse_subids(text: str) -> list[tuple[str, int, int]]:
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, start, count = line.split(":")
+        out.append((name, int(start), int(count)))
+    return out
+
+
+@check("HOST-SUBID-RANGES", "managed users have exactly one large enough subuid/subgid range",
+       "a too small or duplicated range lets container ids fall outside the mapping or collide")
+def subid_ranges(host, ctx):
+    ev = []
+    for path in ("/etc/subuid", "/etc/subgid"):
+        entries = _parse_subids(host.file(path).content_string)
+        for user in ctx.managed_subid_users:
+            mine = [e for e in entries if e[0] == user]
+            if len(mine) != 1:
+                return FAIL, f"{path}: {user} has {len(mine)} ranges {mine}"
+            if mine[0][2] < MIN_SUBIDS:
+                return FAIL, f"{path}: {user} has only {mine[0][2]} ids (< {MIN_SUBIDS})"
+            ev.append(f"{path} {user}:{mine[0][1]}:{mine[0][2]}")
+    return PASS, "; ".join(ev)
+
+
+@check("HOST-SUBID-NOOVERLAP", "subordinate id ranges overlap neither each other nor real accounts",
+       "two users' containers sharing host ids, or container root mapping onto a real account")
+def subid_nooverlap(host, ctx):
+    uids = {int(l.split(":")[2]): l.split(":")[0]
+            for l in host.file("/etc/passwd").content_string.splitlines() if l.count(":") >= 6}
+    gids = {int(l.split(":")[2]): l.split(":")[0]
+            for l in host.file("/etc/group").content_string.splitlines() if l.count(":") >= 3}
+    for path, ids in (("/etc/subuid", uids), ("/etc/subgid", gids)):
+        entries = sorted(_parse_subids(host.file(path).content_string), key=lambda e: e[1])
+        for a, b in zip(entries, entries[1:]):
+            if a[1] + a[2] > b[1]:
+                return FAIL, f"{path}: {a[0]}:{a[1]}:{a[2]} overlaps {b[0]}:{b[1]}:{b[2]}"
+        for name, start, count in entries:
+            hit = sorted(i for i in ids if start <= i < start + count)
+            if hit:
+                return FAIL, (f"{path}: {name}:{start}:{count} contains the id {hit[0]} of "
+                              f"account {ids[hit[0]]}")
+    return PASS, "no overlapping ranges; no range contains an account's id"
+
+
+def _engine_info(host, ctx) -> dict:
+    if "info" not in ctx.cache:
+        res = host.run(ctx.as_runner("docker info --format '{{json .}}'"))
+        if res.rc != 0:
+            raise RuntimeError(f"docker info as {ctx.runner} failed: {res.stderr.strip()[-300:]}")
+        ctx.cache["info"] = json.loads(res.stdout)
+    return ctx.cache["info"]
+
+
+@check("HOST-ENGINE-ROOTLESS", "the rootless daemon runs as the runner user",
+       "a daemon running as root: container root would be host root", modes=("rootless",))
+def engine_rootless(host, ctx):
+    res = host.run("ps -ww -eo user:32=,args= | grep -E '[d]ockerd( |$)'")
+    procs = [l.split(None, 1) for l in res.stdout.splitlines()]
+    mine = [p for p in procs if p[0] == ctx.runner]
+    if not mine:
+        return FAIL, f"no dockerd owned by {ctx.runner}; processes: {procs}"
+    info = _engine_info(host, ctx)
+    opts = info.get("SecurityOptions") or []
+    if not any("rootless" in o for o in opts):
+        return FAIL, f"daemon on {ctx.engine['socket']} does not report rootless: {opts}"
+    if f"--config-file {ctx.engine['daemon_config']}" not in mine[0][1]:
+        return FAIL, f"dockerd does not run with the root-owned config: {mine[0][1]}"
+    return PASS, f"dockerd as {ctx.runner}: {mine[0][1][:160]}; security options {opts}"
+
+
+@check("HOST-ENGINE-USERNS-REMAP", "the rootful daemon remaps container root",
+       "container root being host root", modes=("userns_remap",))
+def engine_remap(host, ctx):
+    info = _engine_info(host, ctx)
+    opts = info.get("SecurityOptions") or []
+    if not any(o.startswith("name=userns") for o in opts):
+        return FAIL, f"daemon security options lack userns: {opts}"
+    return PASS, f"security options {opts}; docker root {info.get('DockerRootDir')}"
+
+
+def _daemon_json(host, ctx) -> dict:
+    return json.loads(host.file(ctx.engine["daemon_config"]).content_string)
+
+
+@check("HOST-DAEMON-SETTINGS", "daemon settings: no-new-privileges, icc off, log rotation (+ remap: live-restore, no userland proxy)",
+       "containers gaining privileges through setuid files, talking to each other, filling the disk")
+def daemon_settings(host, ctx):
+    cfg = _daemon_json(host, ctx)
+    want = {"no-new-privileges": True, "icc": False}
+    if ctx.mode == "userns_remap":
+        want.update({"live-restore": True, "userland-proxy": False})
+    wrong = {k: cfg.get(k) for k, v in want.items() if cfg.get(k) != v}
+    logopts = cfg.get("log-opts") or {}
+    if cfg.get("log-driver", "json-file") in ("json-file", "local") and "max-size" not in logopts:
+        wrong["log-opts.max-size"] = None
+    if ctx.mode == "userns_remap" and not cfg.get("userns-remap"):
+        wrong["userns-remap"] = cfg.get("userns-remap")
+    if wrong:
+        return FAIL, f"{ctx.engine['daemon_config']}: wrong or missing {wrong}"
+    return PASS, f"{ctx.engine['daemon_config']}: " + json.dumps({k: cfg.get(k) for k in sorted(cfg)})
+
+
+@check("HOST-ENGINE-FILES", "engine configuration, unit and binaries are root-owned and not writable by others",
+       "the runner (or a workload as the runner) restarting its engine with weaker settings")
+def engine_files(host, ctx):
+    bad, seen = [], []
+    for path in ctx.engine.get("managed_files", []):
+        f = host.file(path)
+        if not f.exists:
+            bad.append(f"{path} missing")
+            continue
+        p = path
+        while p not in ("", "/"):
+            g = host.file(p)
+            if g.exists and not g.is_symlink:
+                if g.uid != 0 or g.mode & 0o022:
+                    bad.append(f"{p} owner uid {g.uid} mode {oct(g.mode)}")
+            p = p.rsplit("/", 1)[0]
+        seen.append(path)
+    if not seen and not bad:
+        return FAIL, "the host description lists no managed files"
+    if bad:
+        return FAIL, "; ".join(sorted(set(bad)))
+    return PASS, "root-owned, not group/world-writable: " + ", ".join(seen)
+
+
+@check("HOST-ENGINE-SOCKET", "engine socket owned and moded correctly",
+       "other local users reaching the engine API")
+def engine_socket(host, ctx):
+    sock = host.file(ctx.engine["socket"])
+    if not sock.exists or not sock.is_socket:
+        return FAIL, f"{ctx.engine['socket']} is not a socket (engine not running?)"
+    if ctx.mode == "rootless":
+        d = host.file(ctx.engine["socket"].rsplit("/", 1)[0])
+        if d.uid != ctx.engine["runner_uid"] or d.mode & 0o077:
+            return FAIL, f"{d.path} uid {d.uid} mode {oct(d.mode)}: must be the runner's, 0700"
+        return PASS, f"{sock.path} in {d.path} (uid {d.uid}, mode {oct(d.mode)})"
+    group = ctx.engine.get("socket_group") or "docker"
+    if sock.uid != 0 or sock.group != group or sock.mode & 0o007:
+        return FAIL, f"{sock.path}: uid {sock.uid} group {sock.group} mode {oct(sock.mode)}"
+    return PASS, f"{sock.path}: root:{sock.group} {oct(sock.mode)}"
+
+
+CONNECT = ("python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); "
+           "s.connect(sys.argv[1]); print(\"CONNECTED\")' {}")
+
+
+@check("HOST-ROOTFUL-SOCKET", "no rootful engine socket is reachable by the runner user",
+       "the runner (or a jailed build) becoming host root through a rootful daemon")
+def rootful_socket(host, ctx):
+    ev = []
+    for path in ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
+                 "/run/podman/podman.sock"):
+        if not host.file(path).exists:
+            continue
+        res = host.run(f"runuser -u {shlex.quote(ctx.runner)} -- " + CONNECT.format(shlex.quote(path)))
+        if "CONNECTED" in res.stdout:
+            if ctx.mode == "userns_remap" and path.endswith("docker.sock") and \
+                    host.file(path).group == ctx.engine.get("socket_group"):
+                ev.append(f"{path} reachable by design (userns-remap engine; requests are remapped"
+                          " — the authz policy closes --userns=host)")
+                continue
+            return FAIL, f"{ctx.runner} can connect to {path}"
+        ev.append(f"{path}: refused ({(res.stderr.strip().splitlines() or ['?'])[-1][-80:]})")
+    return PASS, "; ".join(ev) or "no rootful socket present"
+
+
+@check("HOST-STORAGE-DRIVER", "storage driver is the one chosen from host facts (overlay preferred)",
+       "silent vfs fallback (10x slower), or fuse-overlayfs without the operator's opt-in")
+def storage_driver(host, ctx):
+    info = _engine_info(host, ctx)
+    got, want = info.get("Driver"), ctx.engine.get("storage_driver")
+    if got != want:
+        return FAIL, f"engine uses {got}, the role chose {want}"
+    if got == "vfs":
+        return PASS, "vfs (last resort chosen by the role: slow and disk-hungry)"
+    return PASS, f"storage driver {got}, backing {dict(info.get('DriverStatus') or [])}"

@@ -1,0 +1,58 @@
+"""End-to-end tests on this machine (as root): site.yml through the local inventory."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE = REPO / "ansible"
+IMAGE_DIR = Path(os.environ.get("KOOI_IMAGE_DIR", "/var/tmp/kooi-images"))
+
+
+def pytest_configure(config):
+    if os.geteuid() != 0:
+        raise pytest.UsageError("tests/e2e provision this machine and must run as root")
+
+
+def playbook(*extra: str, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = ["ansible-playbook", "-i", "inventories/local.yml", "site.yml", *extra]
+    res = subprocess.run(cmd, cwd=ANSIBLE, capture_output=True, text=True, check=False,
+                         env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"})
+    if check and res.returncode != 0:
+        pytest.fail(f"site.yml failed ({res.returncode}):\n{res.stdout[-4000:]}\n{res.stderr[-2000:]}")
+    return res
+
+
+def recap(out: str) -> dict[str, int]:
+    m = re.search(r"localhost\s*:\s*(.*)", out.split("PLAY RECAP")[-1])
+    assert m, out[-2000:]
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))}
+
+
+@pytest.fixture(scope="session")
+def provisioned():
+    first = playbook()
+    second = playbook()
+    return first, second
+
+
+@pytest.fixture(scope="session")
+def engine(provisioned):
+    res = subprocess.run(["kooi", "engine", "start", "--json"], capture_output=True, text=True,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    cfg = json.loads(Path("/etc/kooi/engine.json").read_text())
+    probe = IMAGE_DIR / "probe.tar"
+    assert probe.exists(), f"{probe} missing: run molecule/testhost/build-images.sh first"
+    with probe.open("rb") as fh:
+        subprocess.run(["runuser", "-u", cfg["runner_user"], "--", "env",
+                        f"DOCKER_HOST=unix://{cfg['socket']}",
+                        f"XDG_RUNTIME_DIR=/run/user/{cfg['runner_uid']}", "docker", "load", "-q"],
+                       stdin=fh, check=True, capture_output=True)
+    return cfg

@@ -1,0 +1,98 @@
+"""site.yml provisions this machine (no systemd), `kooi engine start` brings up the
+runner's rootless daemon, every check passes, and a second run changes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import testinfra
+
+from kooi.checks import Context, run_all
+from kooi.checks.core import FAIL
+
+from .conftest import playbook, recap
+
+
+def test_second_run_changes_nothing(provisioned):
+    first, second = provisioned
+    assert recap(first.stdout)["failed"] == 0
+    r = recap(second.stdout)
+    assert r["changed"] == 0 and r["failed"] == 0, second.stdout[-3000:]
+
+
+def test_engine_status_reports_the_rootless_daemon(engine):
+    res = subprocess.run(["kooi", "engine", "status", "--json"], capture_output=True, text=True)
+    st = json.loads(res.stdout)
+    assert res.returncode == 0 and st["running"] and st["mode"] == "rootless"
+    assert st["storage_driver"] == engine["storage_driver"]
+
+
+def test_every_check_passes_on_this_host(engine):
+    host = testinfra.get_host("local://")
+    results = run_all(host, Context.from_host(host))
+    failed = [f"{r.id}: {r.evidence}" for r in results if r.status == FAIL]
+    assert not failed, "\n".join(failed)
+    assert {r.id for r in results if r.status == "pass"} >= {"ESC-USERNS-MAP", "ESC-PROCSYS-WRITE",
+                                                           "HOST-ENGINE-ROOTLESS"}
+
+
+def _fingerprint() -> dict[str, str]:
+    out = {}
+    for p in ("/etc/subuid", "/etc/subgid", "/etc/passwd", "/etc/group", "/etc/kooi/engine.json"):
+        out[p] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def admin_user():
+    subprocess.run(["groupadd", "-f", "sudo"], check=True)
+    subprocess.run(["useradd", "-m", "-G", "sudo", "kooi-e2e-admin"], check=False)
+    yield "kooi-e2e-admin"
+    subprocess.run(["userdel", "-r", "kooi-e2e-admin"], check=False, capture_output=True)
+
+
+@pytest.fixture
+def unmanaged_range():
+    saved = {p: Path(p).read_text() for p in ("/etc/subuid", "/etc/subgid")}
+    for p in saved:
+        Path(p).write_text(saved[p] + "kooi-e2e-other:700000:65536\n")
+    yield 710000
+    for p, text in saved.items():
+        Path(p).write_text(text)
+
+
+@pytest.mark.parametrize("extra,names", [
+    ({"kooi_engine_mode": "bogus"}, "kooi_engine_mode"),
+    ({"kooi_runner_subid_count": 1000}, "kooi_runner_subid_count"),
+    ({"kooi_storage_driver": "fuse-overlayfs"}, "kooi_fuse_enabled"),
+    ({"kooi_runner_user": "root"}, "kooi_runner_user"),
+])
+def test_bad_variables_stop_the_play_before_any_change(provisioned, extra, names):
+    before = _fingerprint()
+    res = playbook("-e", json.dumps(extra), check=False)
+    assert res.returncode != 0
+    assert names in res.stdout + res.stderr
+    assert recap(res.stdout)["changed"] == 0
+    assert _fingerprint() == before
+
+
+def test_runner_that_already_has_sudo_is_refused(provisioned, admin_user):
+    before = _fingerprint()
+    res = playbook("-e", json.dumps({"kooi_runner_user": admin_user}), check=False)
+    assert res.returncode != 0
+    assert f"kooi_runner_user={admin_user} already exists with admin rights" in res.stdout
+    assert recap(res.stdout)["changed"] == 0
+    assert _fingerprint() == before
+
+
+def test_overlapping_explicit_range_is_refused(provisioned, unmanaged_range):
+    before = _fingerprint()
+    res = playbook("-e", json.dumps({"kooi_runner_subid_start": unmanaged_range}), check=False)
+    assert res.returncode != 0
+    assert "overlaps the unmanaged entry kooi-e2e-other" in res.stdout
+    assert recap(res.stdout)["changed"] == 0
+    assert _fingerprint() == before

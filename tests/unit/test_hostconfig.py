@@ -1,0 +1,52 @@
+"""The host description the roles write and the shim reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kooi import cli, hostconfig
+
+GOOD = {
+    "mode": "rootless", "runner_user": "kooi-runner", "runner_uid": "1001", "runner_gid": 1001,
+    "runner_home": "/home/kooi-runner", "socket": "/run/user/1001/docker.sock",
+    "daemon_config": "/etc/kooi/engine/kooi-runner/daemon.json",
+}
+
+
+def write(tmp_path, data):
+    p = tmp_path / "engine.json"
+    p.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return p
+
+
+def test_loads_and_coerces_ids(tmp_path):
+    cfg = hostconfig.load(write(tmp_path, GOOD))
+    assert cfg.runner_uid == 1001 and cfg.runtime_dir == "/run/user/1001"
+
+
+@pytest.mark.parametrize("data,msg", [
+    ({**GOOD, "mode": "rootful"}, "is not one of"),
+    ({**GOOD, "surprise": 1}, "unknown keys surprise"),
+    ({k: v for k, v in GOOD.items() if k != "socket"}, "missing keys socket"),
+    ({**GOOD, "runner_uid": "x"}, "must be an integer"),
+    ("{not json", "cannot read"),
+    ("[]", "expected a JSON object"),
+])
+def test_bad_descriptions_say_what_is_wrong(tmp_path, data, msg):
+    with pytest.raises(hostconfig.ConfigError, match=msg):
+        hostconfig.load(write(tmp_path, data))
+
+
+def test_missing_description_tells_the_operator_to_provision(tmp_path, capsys):
+    rc = cli.main(["engine", "status", "--config", str(tmp_path / "nope.json")])
+    assert rc == cli.EXIT_USAGE
+    assert "run ansible-playbook site.yml" in capsys.readouterr().err
+
+
+def test_status_of_a_stopped_engine_is_not_running(tmp_path, capsys):
+    cfg = {**GOOD, "socket": str(tmp_path / "docker.sock")}
+    rc = cli.main(["engine", "status", "--json", "--config", str(write(tmp_path, cfg))])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == cli.EXIT_NOT_RUNNING and out["running"] is False
