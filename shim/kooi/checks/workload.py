@@ -57,6 +57,12 @@ def procsys_write(host, ctx):
     ev = []
     for name, args in variants.items():
         res = _run(host, ctx, args, PROCSYS_PROBE)
+        if name == "privileged" and res.rc == 125 and "operation not permitted" in res.stderr:
+            # The engine could not even create the privileged container (e.g. sysfs
+            # cannot be mounted in this user namespace): nothing ran, nothing wrote.
+            ev.append("privileged: the engine refused to create it ("
+                      + res.stderr.strip().splitlines()[-1][-120:] + ")")
+            continue
         if res.rc != 0 or "DENIED:" not in res.stdout:
             return FAIL, f"{name}: probe failed rc={res.rc}: {res.stderr.strip()[-300:]}"
         writable = [l for l in res.stdout.split() if l.startswith("WRITABLE:")]
