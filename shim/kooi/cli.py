@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+from pathlib import Path
 
 from . import __version__, engine, hostconfig
 
@@ -36,6 +39,103 @@ def _engine(args: argparse.Namespace) -> int:
     return EXIT_OK if st.running else EXIT_NOT_RUNNING
 
 
+def _run(args: argparse.Namespace) -> int:
+    from . import run
+
+    res = run.execute(args.workflow, Path(args.project), Path(args.json) if args.json else None,
+                      wait=args.wait, echo=None if args.quiet else sys.stdout,
+                      engine_config=Path(args.config))
+    if res.reason not in ("ok", "failed"):
+        print(f"kooi run: {res.message}", file=sys.stderr)
+    return res.exit_code
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from . import run
+
+    try:
+        removed = run.gc(engine_config=Path(args.config), dry_run=args.dry_run, keep_days=args.keep_days)
+    except hostconfig.ConfigError as exc:
+        print(f"kooi gc: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - engine unreachable and the like
+        print(f"kooi gc: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    verb = "would remove" if args.dry_run else "removed"
+    for r in removed:
+        print(f"{verb} {r}")
+    print(f"kooi gc: {verb} {len(removed)} item(s)")
+    return EXIT_OK
+
+
+def _workflow_check(args: argparse.Namespace) -> int:
+    from . import workflow
+
+    bad = 0
+    for f in args.files:
+        try:
+            wf = workflow.parse(Path(f), args.name)
+            print(f"{f}: ok ({wf.name}, {wf.mode})")
+        except workflow.WorkflowError as exc:
+            print(exc, file=sys.stderr)
+            bad += 1
+    return EXIT_USAGE if bad else EXIT_OK
+
+
+def _image(args: argparse.Namespace) -> int:
+    from . import image
+
+    try:
+        if args.action == "build":
+            import docker
+
+            cfg = hostconfig.load(args.config)
+            lock = image.load_lock(args.lock)
+            client = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=3600)
+            try:
+                client.ping()
+            except Exception:  # noqa: BLE001
+                print(f"kooi image build: the runner's engine at {cfg.socket} does not answer; "
+                      "start it with `kooi engine start`", file=sys.stderr)
+                return EXIT_NOT_RUNNING
+            res = image.build(client, Path(args.context), lock, name=args.name, check=args.check,
+                              archive_dir=Path(args.archive_dir) if args.archive_dir else None,
+                              log=lambda line: print(line, file=sys.stderr))
+            print(json.dumps(res))
+        elif args.action == "verify":
+            import docker
+
+            cfg = hostconfig.load(args.config)
+            lock = image.load_lock(args.lock)
+            client = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=600)
+            pin = image.read_pins().get(args.name) or {}
+            if not pin.get("id"):
+                print(f"kooi image verify: no pin {args.name!r} in {image.PINS_PATH}", file=sys.stderr)
+                return EXIT_FAIL
+            problems = image.verify_image(client, pin["id"], lock)
+            for p in problems:
+                print(f"FAIL {p}")
+            print(f"kooi image verify: {pin['id']}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+            return EXIT_FAIL if problems else EXIT_OK
+        elif args.action == "lock":
+            lock_path = Path(args.lock)
+            out = Path(args.out) if args.out else None
+            if args.pin_base:
+                import docker
+
+                client = docker.from_env()
+                img = client.images.get(args.pin_base)
+                image.pin_base(lock_path, img.id, out)
+                print(f"pinned base {args.pin_base} = {img.id} in {out or lock_path}")
+            else:
+                print("kooi image lock: nothing to do (give --pin-base IMAGE)", file=sys.stderr)
+                return EXIT_USAGE
+    except (image.ImageError, hostconfig.ConfigError) as exc:
+        print(f"kooi image {args.action}: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kooi", description=__doc__)
     p.add_argument("--version", action="version", version=f"kooi {__version__}")
@@ -49,6 +149,43 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--timeout", type=float, default=engine.START_TIMEOUT,
                    help="seconds to wait for the engine to answer (start)")
     e.set_defaults(func=_engine)
+
+    r = sub.add_parser("run", help="run a workflow on this host (for cron and pipelines)",
+                       description="Run workflow NAME from /etc/kooi/workflows on a project. Exit code: the "
+                       "workload's, or 2 invalid, 75 busy, 124 timeout, 125 engine/image unavailable, "
+                       "126 refused by policy, 70 internal error; --json says which (reason).")
+    r.add_argument("workflow", help="workflow name (a file NAME.yml in the root-owned workflow directory)")
+    r.add_argument("--project", default=os.getcwd(), help="project directory (default: the current one)")
+    r.add_argument("--json", metavar="FILE", help="write the JSON result to FILE")
+    r.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="wait this long for a running run of the same workflow on the project (default: fail at once)")
+    r.add_argument("--quiet", action="store_true", help="do not echo the workload's output (the log file has it)")
+    r.add_argument("--config", default=str(hostconfig.DEFAULT_PATH), help=argparse.SUPPRESS)
+    r.set_defaults(func=_run)
+
+    g = sub.add_parser("gc", help="remove containers, logs and results that runs left behind")
+    g.add_argument("--dry-run", action="store_true")
+    g.add_argument("--keep-days", type=float, default=14.0, help="keep logs and results this long")
+    g.add_argument("--config", default=str(hostconfig.DEFAULT_PATH), help=argparse.SUPPRESS)
+    g.set_defaults(func=_gc)
+
+    w = sub.add_parser("workflow", help="validate workflow files")
+    w.add_argument("action", choices=("check",))
+    w.add_argument("files", nargs="+")
+    w.add_argument("--name", help="the name the file will be installed under (default: its file name)")
+    w.set_defaults(func=_workflow_check)
+
+    i = sub.add_parser("image", help="build, verify and pin the runner image")
+    i.add_argument("action", choices=("build", "verify", "lock"))
+    i.add_argument("--lock", required=True, help="the image lock file")
+    i.add_argument("--context", help="rendered build context (build)")
+    i.add_argument("--name", default="runner", help="pin name in /etc/kooi/images.json")
+    i.add_argument("--archive-dir", help="where the base archive named in the lock lies (build)")
+    i.add_argument("--check", action="store_true", help="report whether a build is needed, change nothing")
+    i.add_argument("--pin-base", metavar="IMAGE", help="lock: pin IMAGE's id as the base")
+    i.add_argument("--out", help="lock: write the updated lock here instead of in place")
+    i.add_argument("--config", default=str(hostconfig.DEFAULT_PATH), help=argparse.SUPPRESS)
+    i.set_defaults(func=_image)
     return p
 
 

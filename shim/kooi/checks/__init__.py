@@ -8,3 +8,5 @@ evidence. The same functions back Molecule's verify step (pytest-testinfra) and
 from .core import CHECKS, Context, Result, run_all  # noqa: F401
 from . import host as _host  # noqa: F401  (registers the HOST-* checks)
 from . import workload as _workload  # noqa: F401  (registers the ESC-* checks)
+from . import image as _image  # noqa: F401  (registers the IMG-* checks)
+from . import confinement as _confinement  # noqa: F401  (registers the ID-* checks)

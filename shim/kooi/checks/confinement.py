@@ -1,0 +1,106 @@
+"""ID-* checks: what a workload sees inside the runner container.
+
+They run the built-in workflow kooi-selftest through `kooi run` (as root, which drops
+to the runner user), exactly the path a pipeline's workload takes, on a scratch
+project owned by the runner.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from .core import FAIL, NA, PASS, check
+
+SELFTEST = "/etc/kooi/workflows/kooi-selftest.yml"
+RUN_DIR = "/var/lib/kooi/runs"
+
+
+def _selftest(host, ctx):
+    if "selftest" in ctx.cache:
+        return ctx.cache["selftest"]
+    pins = host.file("/etc/kooi/images.json")
+    if not host.file(SELFTEST).exists or not pins.exists or "runner" not in json.loads(pins.content_string):
+        ctx.cache["selftest"] = (None, "no runner image or self-test workflow on this host")
+        return ctx.cache["selftest"]
+    proj = f"{RUN_DIR}/selftest-project"
+    prep = host.run(f"runuser -u {shlex.quote(ctx.runner)} -- mkdir -p {proj}")
+    if prep.rc != 0:
+        ctx.cache["selftest"] = ({}, f"cannot create {proj}: {prep.stderr.strip()}")
+        return ctx.cache["selftest"]
+    res = host.run(f"kooi run kooi-selftest --project {proj} --json {RUN_DIR}/selftest.json")
+    seen = {}
+    for line in res.stdout.splitlines():
+        if line.startswith("KOOI-SELFTEST "):
+            key, _, value = line[len("KOOI-SELFTEST "):].partition("=")
+            seen[key] = value
+    if res.rc != 0 or seen.get("end") != "1":
+        ctx.cache["selftest"] = ({}, f"kooi run kooi-selftest failed rc={res.rc}: "
+                                     f"{(res.stderr or res.stdout).strip()[-300:]}")
+    else:
+        ctx.cache["selftest"] = (seen, "")
+    return ctx.cache["selftest"]
+
+
+def _get(host, ctx, *keys):
+    seen, why = _selftest(host, ctx)
+    if seen is None:
+        return NA, why, None
+    if not seen:
+        return FAIL, why, None
+    return None, "", {k: seen.get(k, "?") for k in keys}
+
+
+@check("ID-NONROOT", "the workload does not run as uid 0", "a workload holding (namespaced) root")
+def nonroot(host, ctx):
+    st, why, v = _get(host, ctx, "uid")
+    if st:
+        return st, why
+    return (PASS if v["uid"] not in ("0", "?") else FAIL), f"uid {v['uid']}"
+
+
+@check("ID-CAPS", "the workload holds no capability (CapEff, CapPrm, CapBnd all 0)",
+       "a workload using capabilities against the kernel")
+def caps(host, ctx):
+    st, why, v = _get(host, ctx, "CapEff", "CapPrm", "CapBnd")
+    if st:
+        return st, why
+    ok = all(x != "?" and int(x, 16) == 0 for x in v.values())
+    return (PASS if ok else FAIL), ", ".join(f"{k} {x}" for k, x in v.items())
+
+
+@check("ID-NNP", "no_new_privs is set for the workload", "privilege gain through exec of a privileged file")
+def nnp(host, ctx):
+    st, why, v = _get(host, ctx, "NoNewPrivs")
+    if st:
+        return st, why
+    return (PASS if v["NoNewPrivs"] == "1" else FAIL), f"NoNewPrivs {v['NoNewPrivs']}"
+
+
+@check("ID-SECCOMP", "a seccomp filter confines the workload", "the full kernel syscall surface")
+def seccomp(host, ctx):
+    st, why, v = _get(host, ctx, "Seccomp")
+    if st:
+        return st, why
+    return (PASS if v["Seccomp"] == "2" else FAIL), f"Seccomp {v['Seccomp']} (2 = filter)"
+
+
+@check("ID-ROOTFS-RO", "the workload's root filesystem is read-only and /workspace is writable",
+       "a workload altering its toolchain for later steps; a build that cannot write its output")
+def rootfs(host, ctx):
+    st, why, v = _get(host, ctx, "rootfs", "workspace")
+    if st:
+        return st, why
+    ok = v["rootfs"] == "readonly" and v["workspace"] == "writable"
+    return (PASS if ok else FAIL), f"root filesystem {v['rootfs']}, /workspace {v['workspace']}"
+
+
+@check("ID-NOSOCKET", "no engine socket (no unix socket at all) is visible to the workload",
+       "a workload driving the container engine (host root or the runner's files)")
+def nosocket(host, ctx):
+    st, why, v = _get(host, ctx, "sockets", "docker_host")
+    if st:
+        return st, why
+    socks = [s for s in v["sockets"].split(",") if s]
+    ok = not socks and not v["docker_host"]
+    return (PASS if ok else FAIL), f"sockets: {', '.join(socks) or 'none'}; DOCKER_HOST: {v['docker_host'] or 'unset'}"

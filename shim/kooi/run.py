@@ -1,0 +1,568 @@
+"""`kooi run WORKFLOW`: run a workflow on a provisioned host, honestly, for cron and CI.
+
+Container mode runs the pinned runner image on the runner's unprivileged engine
+(non-root user, cap-drop ALL, no-new-privileges, read-only root, default seccomp,
+limits where enforced, the project at /workspace, no engine socket, no network).
+Jail mode runs the command in a bubblewrap jail on the host (only /usr, /etc and the
+project bound, private /tmp, every namespace unshared, new session).
+
+Exit codes: the workload's own, or one of the EXIT_* codes below; the JSON result's
+`reason` tells which.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, TextIO
+
+from . import hostconfig, image, workflow
+from .hostconfig import EngineConfig
+from .workflow import Workflow
+
+EXIT_INVALID = 2        # bad command line or workflow: nothing ran
+EXIT_BUSY = 75          # the same workflow is running on the same project
+EXIT_TIMEOUT = 124      # the workload ran past its timeout and was killed
+EXIT_UNAVAILABLE = 125  # engine or pinned image unavailable
+EXIT_REFUSED = 126      # a policy refused the run (isolation level, ownership, root)
+EXIT_ERROR = 70         # kooi itself failed
+
+RUN_DIR = Path(os.environ.get("KOOI_RUN_DIR", "/var/lib/kooi/runs"))
+LABEL = "org.kooi"
+WORKSPACE = "/workspace"
+
+
+class RunError(Exception):
+    def __init__(self, reason: str, code: int, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.code = code
+
+
+@dataclass
+class Result:
+    workflow: str
+    run_id: str
+    project: str
+    mode: str = ""
+    isolation: str = ""
+    workflow_file: str = ""
+    image: str | None = None
+    image_digest: str | None = None
+    start: str = ""
+    end: str = ""
+    duration_s: float = 0.0
+    exit_code: int = EXIT_ERROR
+    reason: str = "error"
+    message: str = ""
+    log: str = ""
+    limits: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Log:
+    """Workload output to stdout and the run's log file, line-buffered."""
+
+    def __init__(self, path: Path | None, echo: TextIO | None):
+        self.path = path
+        self.f = path.open("a", buffering=1) if path else None
+        self.echo = echo
+        self.lock = threading.Lock()
+
+    def write(self, text: str) -> None:
+        with self.lock:
+            if self.f:
+                self.f.write(text)
+            if self.echo:
+                self.echo.write(text)
+                self.echo.flush()
+
+    def note(self, text: str) -> None:
+        self.write(f"kooi: {text}\n")
+
+    def close(self) -> None:
+        if self.f:
+            self.f.close()
+
+
+# --- identity and preparation -------------------------------------------------------
+
+
+def drop_to_runner(cfg: EngineConfig) -> None:
+    """Run as the runner user: root drops to it; anyone else is refused."""
+    uid = os.geteuid()
+    if uid == cfg.runner_uid:
+        return
+    if uid != 0:
+        raise RunError("refused", EXIT_REFUSED,
+                       f"kooi run runs as the runner user {cfg.runner_user} (or root, which drops to it), "
+                       f"not as uid {uid}")
+    os.setgroups([])
+    os.setgid(cfg.runner_gid)
+    os.setuid(cfg.runner_uid)
+    os.environ.update(HOME=cfg.runner_home, USER=cfg.runner_user, LOGNAME=cfg.runner_user,
+                      XDG_RUNTIME_DIR=cfg.runtime_dir)
+
+
+def subid_start(user: str, path: str = "/etc/subuid") -> int:
+    for line in Path(path).read_text().splitlines():
+        parts = line.strip().split(":")
+        if len(parts) == 3 and parts[0] in (user, str(_uid_or_none(user))):
+            return int(parts[1])
+    raise RunError("error", EXIT_ERROR, f"{path} has no range for {user}; re-run site.yml")
+
+
+def _uid_or_none(user: str) -> int | None:
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+
+
+def host_uid_of(cfg: EngineConfig, container_uid: int) -> int:
+    """The host uid that a container uid becomes on this engine."""
+    if cfg.mode == "rootless":
+        return cfg.runner_uid if container_uid == 0 else subid_start(cfg.runner_user) + container_uid - 1
+    return subid_start(cfg.remap_user or "kooi-remap") + container_uid
+
+
+def grant_workspace(project: Path, host_uid: int, runner_uid: int, log: Log) -> None:
+    """Let the container's (mapped, non-root) user write the project, and the runner keep
+    access to what it writes: POSIX ACLs, set once (new files inherit the default ACL)."""
+    if not shutil.which("setfacl"):
+        raise RunError("unavailable", EXIT_UNAVAILABLE,
+                       "setfacl is missing (package acl); re-run site.yml")
+    have = subprocess.run(["getfacl", "-pn", "--omit-header", str(project)], capture_output=True,
+                          text=True).stdout
+    want = (f"default:user:{host_uid}:rwx", f"user:{host_uid}:rwx", f"default:user:{runner_uid}:rwx")
+    if all(w in have for w in want):
+        return
+    log.note(f"granting the workload's uid {host_uid} access to {project} (POSIX ACL, once)")
+    spec = f"u:{host_uid}:rwX,d:u:{host_uid}:rwX,d:u:{runner_uid}:rwX,d:m::rwx,m::rwx"
+    r = subprocess.run(["setfacl", "-R", "-m", spec, str(project)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RunError("error", EXIT_ERROR,
+                       f"cannot set ACLs on {project} ({r.stderr.strip()}); the project must be owned by the "
+                       "runner user on a filesystem with POSIX ACLs")
+
+
+def check_project(project: Path, cfg: EngineConfig) -> Path:
+    try:
+        real = project.resolve(strict=True)
+    except FileNotFoundError:
+        raise RunError("invalid", EXIT_INVALID, f"project {project} does not exist") from None
+    if not real.is_dir():
+        raise RunError("invalid", EXIT_INVALID, f"project {real} is not a directory")
+    st = real.stat()
+    if st.st_uid != cfg.runner_uid:
+        raise RunError("refused", EXIT_REFUSED,
+                       f"project {real} is owned by uid {st.st_uid}, not by the runner user "
+                       f"{cfg.runner_user}; chown it (the workload writes there as that user's sub-id)")
+    for bad in ("/", "/etc", "/usr", "/var", "/home", cfg.runner_home):
+        if str(real) == bad:
+            raise RunError("refused", EXIT_REFUSED, f"refusing {real} as a project (too broad)")
+    return real
+
+
+class RunLock:
+    """One run of a workflow per project at a time (flock; released when the process dies)."""
+
+    def __init__(self, run_dir: Path, wf: str, project: Path):
+        key = hashlib.sha256(str(project).encode()).hexdigest()[:16]
+        self.path = run_dir / "locks" / f"{wf}-{key}.lock"
+        self.fd: int | None = None
+
+    def acquire(self, wait: float) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o640)
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(self.fd)
+                    self.fd = None
+                    raise RunError("busy", EXIT_BUSY,
+                                   f"another run of this workflow holds {self.path}; retry later or pass --wait")
+                time.sleep(0.2)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def lock_held(path: Path) -> bool:
+    """True if a live process holds the run lock at PATH."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+# --- container mode -----------------------------------------------------------------
+
+
+def _parse_size(s: str) -> int:
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
+
+
+def engine_limits(info: dict) -> dict[str, bool]:
+    """What this engine can enforce (rootless needs cgroup v2 with delegated controllers)."""
+    return {"memory": bool(info.get("MemoryLimit")), "pids": bool(info.get("PidsLimit")),
+            "cpus": bool(info.get("CpuCfsQuota"))}
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def _container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict, project: Path, run_id: str,
+                    enforce: dict[str, bool], res: Result) -> dict:
+    import docker.types
+
+    user = (img_attrs.get("Config") or {}).get("User") or ""
+    if image.default_user_is_root(img_attrs):
+        raise RunError("refused", EXIT_REFUSED,
+                       f"image {res.image_digest} runs as root by default; kooi runs only non-root images")
+    uid = int(user.split(":", 1)[0]) if user.split(":", 1)[0].isdigit() else None
+    if uid is None:
+        raise RunError("refused", EXIT_REFUSED, f"image user {user!r} is not numeric; set USER uid:gid")
+    home = next((e.split("=", 1)[1] for e in (img_attrs.get("Config") or {}).get("Env") or []
+                 if e.startswith("HOME=")), "/tmp")
+    size = wf.tmpfs_size
+    tmpfs = {"/tmp": f"rw,exec,nosuid,nodev,size={size},mode=1777"}
+    if home not in ("/tmp", WORKSPACE):
+        tmpfs[home] = f"rw,exec,nosuid,nodev,size={size},uid={uid},gid={user.split(':')[-1]},mode=0700"
+    kw: dict = dict(
+        command=list(wf.command), user=user, working_dir=str(Path(WORKSPACE) / wf.workdir),
+        environment=dict(wf.environment), name=f"kooi-{run_id}", hostname=wf.name[:63],
+        labels={f"{LABEL}.managed": "1", f"{LABEL}.run": run_id, f"{LABEL}.workflow": wf.name,
+                f"{LABEL}.project": str(project)},
+        network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges:true"],
+        read_only=True, tmpfs=tmpfs, init=True, ipc_mode="private",
+        mounts=[docker.types.Mount(WORKSPACE, str(project), type="bind", read_only=False)],
+    )
+    lim = wf.limits
+    for key, value, arg in (("memory", lim.memory, "mem_limit"), ("pids", lim.pids, "pids_limit"),
+                            ("cpus", lim.cpus, "nano_cpus")):
+        if value is None:
+            continue
+        res.limits[key] = {"requested": value, "enforced": enforce[key]}
+        if not enforce[key]:
+            res.warnings.append(f"limit {key}={value} is not enforced by this engine "
+                                f"({cfg.mode}; needs cgroup v2 with delegated controllers)")
+            continue
+        kw[arg] = _parse_size(value) if key == "memory" else (int(value * 1e9) if key == "cpus" else value)
+        if key == "memory":
+            kw["memswap_limit"] = kw[arg]
+    return kw
+
+
+def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, res: Result, log: Log,
+                  interrupted: Callable[[], int | None]) -> int:
+    import docker
+    import requests
+
+    try:
+        client = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=30)
+        client.ping()
+        info = client.info()
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the engine is "unavailable"
+        raise RunError("unavailable", EXIT_UNAVAILABLE,
+                       f"the runner's engine at {cfg.socket} does not answer ({exc.__class__.__name__}); "
+                       "start it with `kooi engine start` (as root) or check `kooi engine status`") from None
+    pins = image.read_pins()
+    pin = pins.get(wf.image)
+    if not pin or not pin.get("id"):
+        raise RunError("unavailable", EXIT_UNAVAILABLE,
+                       f"no pinned image {wf.image!r} in {image.PINS_PATH}; provision it with site.yml "
+                       "(role runner_image)")
+    res.image, res.image_digest = pin.get("tag"), pin["id"]
+    try:
+        img = client.images.get(pin["id"])
+    except docker.errors.ImageNotFound:
+        raise RunError("unavailable", EXIT_UNAVAILABLE,
+                       f"the engine does not hold the pinned image {pin['id']}; re-run site.yml "
+                       "(role runner_image)") from None
+    grant_workspace(project, host_uid_of(cfg, int(((img.attrs.get("Config") or {}).get("User") or "0")
+                                                  .split(":")[0] or 0)), cfg.runner_uid, log)
+    kw = _container_args(wf, cfg, img.attrs, project, run_id, engine_limits(info), res)
+    for w in res.warnings:
+        log.note(f"warning: {w}")
+    container = client.containers.create(pin["id"], **kw)
+    pump: threading.Thread | None = None
+    try:
+        container.start()
+        log.note(f"started {container.name} ({pin['id'][:19]}) on the {cfg.mode} engine")
+
+        def follow() -> None:
+            try:
+                for chunk in container.logs(stream=True, follow=True):
+                    log.write(chunk.decode("utf-8", "replace"))
+            except Exception:  # noqa: BLE001 - the container went away; the wait says why
+                pass
+
+        pump = threading.Thread(target=follow, daemon=True)
+        pump.start()
+        deadline = time.monotonic() + wf.timeout
+        waiter = docker.APIClient(base_url=f"unix://{cfg.socket}", timeout=2)
+        while True:
+            sig = interrupted()
+            if sig:
+                container.kill()
+                raise Interrupted(sig)
+            if time.monotonic() >= deadline:
+                container.kill()
+                container.wait(timeout=30)
+                raise RunError("timeout", EXIT_TIMEOUT,
+                               f"the workload ran past its timeout of {wf.timeout} s and was killed")
+            try:
+                st = waiter.wait(container.id, timeout=min(2, max(0.1, deadline - time.monotonic())))
+                break
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                continue
+        pump.join(timeout=10)
+        container.reload()
+        if container.attrs.get("State", {}).get("OOMKilled"):
+            res.warnings.append("the workload was killed for exceeding its memory limit")
+        return int(st.get("StatusCode", EXIT_ERROR))
+    finally:
+        try:
+            container.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+
+
+# --- jail mode ----------------------------------------------------------------------
+
+
+def bwrap_argv(wf: Workflow, project: Path) -> list[str]:
+    if not shutil.which("bwrap"):
+        raise RunError("unavailable", EXIT_UNAVAILABLE, "bwrap is missing (package bubblewrap); re-run site.yml")
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        p = Path("/") / top
+        if p.is_symlink():
+            argv += ["--symlink", os.readlink(p), f"/{top}"]
+        elif p.is_dir():
+            argv += ["--ro-bind", str(p), f"/{top}"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home",
+             "--bind", str(project), WORKSPACE, "--chdir", str(Path(WORKSPACE) / wf.workdir),
+             "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+             "--setenv", "HOME", "/tmp/home", "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp"]
+    for k, v in wf.environment.items():
+        argv += ["--setenv", k, v]
+    return argv + ["--", *wf.command]
+
+
+def run_jail(wf: Workflow, project: Path, res: Result, log: Log, interrupted: Callable[[], int | None]) -> int:
+    for key in ("memory", "pids", "cpus"):
+        value = getattr(wf.limits, key)
+        if value is not None:
+            res.limits[key] = {"requested": value, "enforced": False}
+            res.warnings.append(f"limit {key}={value} is not enforced in jail mode")
+            log.note(f"warning: limit {key}={value} is not enforced in jail mode")
+    argv = bwrap_argv(wf, project)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    out = proc.stdout
+
+    def pump() -> None:
+        for line in iter(out.readline, b""):
+            log.write(line.decode("utf-8", "replace"))
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    log.note(f"started bubblewrap jail (pid {proc.pid})")
+    deadline = time.monotonic() + wf.timeout
+
+    def kill() -> None:
+        # bwrap dies; --die-with-parent and the pid namespace take every jailed process.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    while True:
+        sig = interrupted()
+        if sig:
+            kill()
+            raise Interrupted(sig)
+        try:
+            rc = proc.wait(timeout=min(0.5, max(0.01, deadline - time.monotonic())))
+            break
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                kill()
+                t.join(timeout=5)
+                raise RunError("timeout", EXIT_TIMEOUT,
+                               f"the workload ran past its timeout of {wf.timeout} s and was killed") from None
+    t.join(timeout=10)
+    return rc if rc >= 0 else 128 - rc
+
+
+# --- the command --------------------------------------------------------------------
+
+
+def isolation_of(mode: str, cfg: EngineConfig | None) -> str:
+    return "jail" if mode == "jail" else (cfg.mode if cfg else "unknown")
+
+
+def execute(name: str, project: Path, json_path: Path | None = None, wait: float = 0.0,
+            echo: TextIO | None = sys.stdout, run_dir: Path | None = None,
+            workflow_dir: Path | None = None, engine_config: Path | None = None) -> Result:
+    """Run workflow NAME on PROJECT; always returns a Result (never raises for run failures)."""
+    run_dir = run_dir or RUN_DIR
+    run_id = f"{name if workflow.NAME_RE.match(name) else 'invalid'}-" \
+             f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+    res = Result(workflow=name, run_id=run_id, project=str(project), start=_now())
+    t0 = time.monotonic()
+    log = Log(None, echo)
+    lock: RunLock | None = None
+    got_signal: list[int] = []
+    old_handlers = {}
+
+    def on_signal(signum, _frame):
+        got_signal.append(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            old_handlers[s] = signal.signal(s, on_signal)
+    try:
+        try:
+            cfg = hostconfig.load(engine_config or hostconfig.DEFAULT_PATH)
+        except hostconfig.ConfigError as exc:
+            raise RunError("unavailable", EXIT_UNAVAILABLE, str(exc)) from None
+        wf = workflow.load(name, workflow_dir or workflow.WORKFLOW_DIR)
+        res.mode, res.workflow_file = wf.mode, str(wf.path)
+        res.isolation = isolation_of(wf.mode, cfg)
+        if wf.min_isolation and workflow.isolation_rank(res.isolation) < workflow.isolation_rank(wf.min_isolation):
+            raise RunError("refused", EXIT_REFUSED,
+                           f"workflow {name} requires isolation {wf.min_isolation} or stronger; "
+                           f"this run would get {res.isolation} ({wf.mode} mode on a {cfg.mode} host)")
+        drop_to_runner(cfg)
+        project = check_project(project, cfg)
+        res.project = str(project)
+        for sub in ("logs", "results", "locks"):
+            (run_dir / sub).mkdir(parents=True, exist_ok=True)
+        log.close()
+        log = Log(run_dir / "logs" / f"{run_id}.log", echo)
+        res.log = str(log.path)
+        lock = RunLock(run_dir, wf.name, project)
+        lock.acquire(wait)
+        log.note(f"run {run_id}: workflow {wf.name} ({wf.mode}, isolation {res.isolation}) on {project}")
+
+        def interrupted() -> int | None:
+            return got_signal[0] if got_signal else None
+
+        if wf.mode == "container":
+            res.exit_code = run_container(wf, cfg, project, run_id, res, log, interrupted)
+        else:
+            res.exit_code = run_jail(wf, project, res, log, interrupted)
+        res.reason = "ok" if res.exit_code == 0 else "failed"
+        res.message = "the workload succeeded" if res.exit_code == 0 else \
+            f"the workload exited with {res.exit_code}"
+    except workflow.WorkflowError as exc:
+        res.reason, res.exit_code, res.message = "invalid", EXIT_INVALID, str(exc)
+    except RunError as exc:
+        res.reason, res.exit_code, res.message = exc.reason, exc.code, str(exc)
+    except Interrupted as exc:
+        res.reason, res.exit_code = "interrupted", 128 + exc.signum
+        res.message = f"kooi run got signal {exc.signum}; the workload was killed"
+    except Exception as exc:  # noqa: BLE001 - report, never hide, an internal failure
+        res.reason, res.exit_code = "error", EXIT_ERROR
+        res.message = f"kooi run failed: {exc.__class__.__name__}: {exc}"
+    finally:
+        for s, h in old_handlers.items():
+            signal.signal(s, h)
+        if lock:
+            lock.release()
+        res.end = _now()
+        res.duration_s = round(time.monotonic() - t0, 3)
+        log.note(f"{res.reason}: {res.message} (exit {res.exit_code}, {res.duration_s} s)")
+        log.close()
+        doc = json.dumps(res.as_dict(), indent=2) + "\n"
+        if res.log:
+            try:
+                (run_dir / "results" / f"{run_id}.json").write_text(doc)
+            except OSError:
+                pass
+        if json_path:
+            try:
+                json_path.write_text(doc)
+            except OSError as exc:
+                print(f"kooi run: cannot write {json_path}: {exc}", file=sys.stderr)
+    return res
+
+
+def gc(run_dir: Path | None = None, engine_config: Path | None = None, dry_run: bool = False,
+       keep_days: float = 14.0) -> list[str]:
+    """Remove what runs left behind: containers of runs that no live process owns, scan
+    containers, and logs/results older than KEEP_DAYS."""
+    import docker
+
+    run_dir = run_dir or RUN_DIR
+    cfg = hostconfig.load(engine_config or hostconfig.DEFAULT_PATH)
+    removed = []
+    client = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=30)
+    live_runs = set()
+    for lockf in (run_dir / "locks").glob("*.lock") if (run_dir / "locks").is_dir() else []:
+        if lock_held(lockf):
+            live_runs.add(lockf.name)
+    for c in client.containers.list(all=True, filters={"label": f"{LABEL}.managed=1"}):
+        wf_name = c.labels.get(f"{LABEL}.workflow", "")
+        proj = c.labels.get(f"{LABEL}.project", "")
+        key = hashlib.sha256(proj.encode()).hexdigest()[:16]
+        if f"{wf_name}-{key}.lock" in live_runs and c.status == "running":
+            continue
+        removed.append(f"container {c.name}")
+        if not dry_run:
+            c.remove(force=True, v=True)
+    for c in client.containers.list(all=True, filters={"label": "org.kooi.scan=1"}):
+        removed.append(f"container {c.name}")
+        if not dry_run:
+            c.remove(force=True, v=True)
+    cutoff = time.time() - keep_days * 86400
+    for sub in ("logs", "results"):
+        d = run_dir / sub
+        for f in d.glob("*") if d.is_dir() else []:
+            if f.stat().st_mtime < cutoff:
+                removed.append(f"{sub[:-1]} {f}")
+                if not dry_run:
+                    f.unlink()
+    return removed
