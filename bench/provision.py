@@ -61,6 +61,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--image", default="kooi-testhost:debian12")
     ap.add_argument("--engine-mode", default="rootless", choices=["rootless", "userns_remap"])
+    ap.add_argument("--with-image", action="store_true",
+                    help="also build the runner image (minutes; needs images/runner/prepare-base.sh first)")
     args = ap.parse_args()
     first: list[float] = []
     second: list[float] = []
@@ -73,7 +75,14 @@ def main() -> None:
                 inv.write_text(json.dumps({"kooi_runners": {"hosts": {name: {
                     "ansible_connection": "community.docker.docker",
                     "ansible_python_interpreter": "/usr/bin/python3",
-                    "kooi_engine_mode": args.engine_mode}}}}))
+                    "kooi_engine_mode": args.engine_mode,
+                    "kooi_runner_image_build": args.with_image,
+                    "kooi_runner_image_archive_dir": "/kooi-images",
+                    "kooi_runner_image_lock": os.environ.get(
+                        "KOOI_RUNNER_IMAGE_LOCK", str(REPO / "images/runner/lock.yml")),
+                    "kooi_extra_ca_files": sorted(str(p) for p in
+                                                  Path("/usr/local/share/ca-certificates").glob("*.crt")),
+                }}}}))
                 first.append(run_site(inv))
                 second.append(run_site(inv))
                 print(f"round {i + 1}: first {first[-1]:.1f} s, second {second[-1]:.1f} s",
@@ -81,7 +90,8 @@ def main() -> None:
         finally:
             subprocess.run(["docker", "rm", "-f", "-v", name], capture_output=True)
     med_first, med_second = statistics.median(first), statistics.median(second)
-    print(json.dumps({"image": args.image, "engine_mode": args.engine_mode, "rounds": args.rounds,
+    print(json.dumps({"image": args.image, "engine_mode": args.engine_mode, "with_image": args.with_image,
+                      "rounds": args.rounds,
                       "first_s": [round(x, 1) for x in first],
                       "second_s": [round(x, 1) for x in second],
                       "median_first_s": round(med_first, 1), "median_second_s": round(med_second, 1),

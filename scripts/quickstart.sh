@@ -1,24 +1,37 @@
 #!/usr/bin/env bash
 # Quick start: provision THIS machine as a kooi runner host with site.yml (local
-# inventory), start the runner's rootless engine, and show a container started by the
-# runner user whose root is an unprivileged host uid.
+# inventory): runner user, rootless engine, the pinned runner image built on it, the
+# kooi command and workflows; then run the example workflows through the shim (a Maven
+# build in the runner container, Python tests in a bubblewrap jail) and the host checks.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 "$repo/scripts/bootstrap.sh"
 export PATH="$repo/.venv/bin:$PATH" PYTHONDONTWRITEBYTECODE=1
+export KOOI_IMAGE_DIR=${KOOI_IMAGE_DIR:-/var/tmp/kooi-images}
+# No registry here: bootstrap the runner image's base from Debian packages and pin it.
+KOOI_RUNNER_IMAGE_LOCK=$("$repo/images/runner/prepare-base.sh" "$KOOI_IMAGE_DIR" | tail -1)
+export KOOI_RUNNER_IMAGE_LOCK
+"$repo/molecule/testhost/build-images.sh" >/dev/null   # the probe image the ESC-* checks use
 cd "$repo/ansible"
 ansible-playbook -i inventories/local.yml site.yml
 kooi engine start
 eval "$(python3 - <<'PY'
 import json; e = json.load(open("/etc/kooi/engine.json"))
-print(f"runner={e['runner_user']} sock={e['socket']} uid={e['runner_uid']}")
+print(f"runner={e['runner_user']} sock={e['socket']} uid={e['runner_uid']} home={e['runner_home']}")
 PY
 )"
-as_runner() { runuser -u "$runner" -- env DOCKER_HOST="unix://$sock" XDG_RUNTIME_DIR="/run/user/$uid" "$@"; }
-"$repo/molecule/testhost/build-images.sh" >/dev/null
-as_runner docker load -q < "${KOOI_IMAGE_DIR:-/var/tmp/kooi-images}/probe.tar"
-echo "--- a container started by $runner on the rootless engine:"
-as_runner docker run --rm --network none kooi-probe:latest sh -c \
-  'echo "id in container: $(id -u)"; echo "uid_map (container host count):"; cat /proc/self/uid_map'
-echo "--- kooi's host checks on this machine:"
-python -m pytest --pyargs kooi.checks --hosts=local:// -q -p no:cacheprovider -rA | grep -E '^(HOST|ESC)-|passed|failed'
+runuser -u "$runner" -- env DOCKER_HOST="unix://$sock" XDG_RUNTIME_DIR="/run/user/$uid" \
+  docker load -q < "$KOOI_IMAGE_DIR/probe.tar" >/dev/null
+projects="$home/kooi-examples"
+rm -rf "$projects" && mkdir -p "$projects"
+cp -r "$repo/examples/maven-example" "$repo/examples/python-example" "$projects/"
+chown -R "$runner:$runner" "$projects"
+echo "--- kooi run maven-example: Maven + JUnit in the pinned runner image, rootless, offline"
+kooi run maven-example --project "$projects/maven-example" --json "$projects/maven-example.json"
+echo "--- kooi run python-example: unit tests in a bubblewrap jail"
+kooi run python-example --project "$projects/python-example" --json "$projects/python-example.json"
+echo "--- result of the Maven run ($projects/maven-example.json):"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print({k: r[k] for k in ("workflow","isolation","image_digest","exit_code","reason","duration_s")})' \
+  "$projects/maven-example.json"
+echo "--- kooi's checks on this machine:"
+python -m pytest --pyargs kooi.checks --hosts=local:// -q -p no:cacheprovider -rA | grep -E '^(HOST|ESC|IMG|ID)-|passed|failed'

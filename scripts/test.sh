@@ -9,6 +9,10 @@ cd "$repo"
 "$repo/scripts/bootstrap.sh"
 export PATH="$repo/.venv/bin:$PATH" PYTHONDONTWRITEBYTECODE=1
 export KOOI_REPORT_DIR=${KOOI_REPORT_DIR:-$repo/.ci/out}
+export KOOI_IMAGE_DIR=${KOOI_IMAGE_DIR:-/var/tmp/kooi-images}
+# Written by the images stage (images/runner/prepare-base.sh): the lock with this
+# machine's bootstrapped base pinned; site.yml (local and Molecule) builds from it.
+export KOOI_RUNNER_IMAGE_LOCK=$KOOI_IMAGE_DIR/runner.lock.yml
 mkdir -p "$KOOI_REPORT_DIR"
 passed=0; failed=0; failures=()
 stage() {
@@ -21,7 +25,7 @@ stage() {
 stage yamllint yamllint -s .
 stage ansible-lint bash -c 'cd ansible && ansible-lint --offline -q site.yml ../roles ../molecule'
 stage unit pytest -q -p no:cacheprovider tests/unit --junitxml "$KOOI_REPORT_DIR/unit.xml"
-stage images molecule/testhost/build-images.sh
+stage images bash -c 'molecule/testhost/build-images.sh && images/runner/prepare-base.sh "$KOOI_IMAGE_DIR"'
 stage local-e2e pytest -q -p no:cacheprovider tests/e2e --junitxml "$KOOI_REPORT_DIR/e2e.xml"
 for scenario in rootless userns_remap; do
   stage "molecule-$scenario" env MOLECULE_EPHEMERAL_DIRECTORY="/var/tmp/kooi-molecule-$scenario" \

@@ -86,3 +86,41 @@ def test_daemon_without_no_new_privileges(host, ctx):
     with backup(host, path):
         host.run(f"sed -i 's/\"no-new-privileges\": true/\"no-new-privileges\": false/' {path}")
         assert failing(host, ctx) == {"HOST-DAEMON-SETTINGS"}
+
+
+def _pinned(host) -> dict | None:
+    f = host.file("/etc/kooi/images.json")
+    if not f.exists:
+        return None
+    import json
+    return json.loads(f.content_string).get("runner")
+
+
+def test_image_checks_apply_exactly_where_an_image_is_pinned(host, ctx):
+    ctx.cache.clear()
+    status = {r.id: r.status for r in run_all(host, ctx) if r.id.startswith(("IMG-", "ID-"))}
+    assert len(status) == 10
+    want = "pass" if _pinned(host) else "na"
+    assert set(status.values()) == {want}, status
+
+
+def test_setuid_file_in_the_pinned_image(host, ctx):
+    pin = _pinned(host)
+    if pin is None:  # covered above: IMG-* are n/a on hosts that build no image
+        return
+    bad = "kooi-negative:setuid"
+    build = (f"printf 'FROM {pin['id']}\\nUSER 0\\nRUN chmod u+s /usr/bin/find\\nUSER 1000:1000\\n' | "
+             f"docker build -q -t {bad} - >/dev/null && docker image inspect -f '{{{{.Id}}}}' {bad}")
+    res = host.run(ctx.as_runner(f"DOCKER_BUILDKIT=0 sh -c {shlex.quote(build)}"))
+    assert res.rc == 0, res.stderr
+    bad_id = res.stdout.strip()
+    with backup(host, "/etc/kooi/images.json"):
+        host.run(f"sed -i 's/{pin['id']}/{bad_id}/' /etc/kooi/images.json")
+        try:
+            failed = failing(host, ctx)
+        finally:
+            host.run(f"mv -f /etc/kooi/images.json.kooi-neg /etc/kooi/images.json && cp -a /etc/kooi/images.json "
+                     "/etc/kooi/images.json.kooi-neg")
+    host.run(ctx.as_runner(f"docker rmi -f {bad}"))
+    assert "IMG-NOSUID" in failed, failed
+    assert failed <= {"IMG-NOSUID", "IMG-DIGEST-PIN", "IMG-FILECAPS"}, failed

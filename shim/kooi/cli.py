@@ -127,8 +127,18 @@ def _image(args: argparse.Namespace) -> int:
                 img = client.images.get(args.pin_base)
                 image.pin_base(lock_path, img.id, out)
                 print(f"pinned base {args.pin_base} = {img.id} in {out or lock_path}")
+            elif args.refresh_packages:
+                import docker
+
+                lock = image.load_lock(lock_path)
+                versions = image.candidate_versions(docker.from_env(timeout=600), lock)
+                changes = image.refresh_packages(lock_path, versions, out)
+                for name, (old, new) in sorted(changes.items()):
+                    print(f"{name}: {old} -> {new}")
+                print(f"kooi image lock: {len(changes)} package pin(s) changed in {out or lock_path}")
             else:
-                print("kooi image lock: nothing to do (give --pin-base IMAGE)", file=sys.stderr)
+                print("kooi image lock: nothing to do (give --pin-base IMAGE or --refresh-packages)",
+                      file=sys.stderr)
                 return EXIT_USAGE
     except (image.ImageError, hostconfig.ConfigError) as exc:
         print(f"kooi image {args.action}: {exc}", file=sys.stderr)
@@ -183,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--archive-dir", help="where the base archive named in the lock lies (build)")
     i.add_argument("--check", action="store_true", help="report whether a build is needed, change nothing")
     i.add_argument("--pin-base", metavar="IMAGE", help="lock: pin IMAGE's id as the base")
+    i.add_argument("--refresh-packages", action="store_true",
+                   help="lock: pin the Debian versions the pinned base's sources offer now")
     i.add_argument("--out", help="lock: write the updated lock here instead of in place")
     i.add_argument("--config", default=str(hostconfig.DEFAULT_PATH), help=argparse.SUPPRESS)
     i.set_defaults(func=_image)

@@ -266,11 +266,27 @@ def build(client, context: Path, lock: Lock, name: str = "runner", repo: str = "
         want_pin["built_at"] = datetime.fromisoformat(img.attrs["Created"][:19]).replace(
             tzinfo=timezone.utc).isoformat(timespec="seconds")
     if pins.get(name) != want_pin:
+        old = (pins.get(name) or {}).get("id")
         pins[name] = want_pin
         write_pins(pins, pins_path)
         result["changed"] = True
+        if old and old != img.id and old not in {p.get("id") for p in pins.values()}:
+            _remove_superseded(client, old, log)
     result["id"] = img.id
     return result
+
+
+def _remove_superseded(client, image_id: str, log: Callable[[str], None]) -> None:
+    """Drop the image a new pin replaced (kept if a container still uses it)."""
+    import docker.errors
+
+    try:
+        client.images.remove(image_id)
+        log(f"removed superseded image {image_id}")
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.APIError as exc:
+        log(f"kept superseded image {image_id}: {exc.explanation or exc}")
 
 
 def pin_base(lock_path: Path, image_id: str, out: Path | None = None) -> str:
@@ -300,3 +316,19 @@ def refresh_packages(lock_path: Path, versions: dict[str, str], out: Path | None
             changes[name] = (str(old), new)
     (out or lock_path).write_text(text)
     return changes
+
+
+def candidate_versions(client, lock: Lock) -> dict[str, str]:
+    """The versions apt would install now from the lock's sources, in the pinned base."""
+    sources = (lock.raw.get("apt") or {}).get("sources") or []
+    names = sorted(((lock.raw.get("apt") or {}).get("packages") or {}).keys())
+    script = ("printf '%s\\n' " + " ".join(f"'{s}'" for s in sources) + " > /etc/apt/sources.list && "
+              "apt-get update -qq >/dev/null && for p in " + " ".join(names) + "; do "
+              "echo \"$p $(apt-cache policy $p | sed -n 's/ *Candidate: //p')\"; done")
+    out = client.containers.run(lock.base_digest, ["sh", "-c", script], remove=True, user="0")
+    versions = {}
+    for line in out.decode().splitlines():
+        name, _, version = line.partition(" ")
+        if version and version != "(none)":
+            versions[name] = version
+    return versions

@@ -108,16 +108,22 @@ class Log:
 # --- identity and preparation -------------------------------------------------------
 
 
-def drop_to_runner(cfg: EngineConfig) -> None:
-    """Run as the runner user: root drops to it; anyone else is refused."""
+def check_identity(cfg: EngineConfig) -> None:
+    """Only the runner user, or root (which drops to it), may run workflows."""
     uid = os.geteuid()
-    if uid == cfg.runner_uid:
-        return
-    if uid != 0:
+    if uid not in (0, cfg.runner_uid):
         raise RunError("refused", EXIT_REFUSED,
                        f"kooi run runs as the runner user {cfg.runner_user} (or root, which drops to it), "
                        f"not as uid {uid}")
-    os.setgroups([])
+
+
+def drop_to_runner(cfg: EngineConfig) -> None:
+    """Run as the runner user from here on (root drops to it)."""
+    check_identity(cfg)
+    if os.geteuid() == cfg.runner_uid:
+        return
+    # The runner's own groups only (userns_remap: the socket group is one of them).
+    os.setgroups(os.getgrouplist(cfg.runner_user, cfg.runner_gid))
     os.setgid(cfg.runner_gid)
     os.setuid(cfg.runner_uid)
     os.environ.update(HOME=cfg.runner_home, USER=cfg.runner_user, LOGNAME=cfg.runner_user,
@@ -161,9 +167,14 @@ def grant_workspace(project: Path, host_uid: int, runner_uid: int, log: Log) -> 
     spec = f"u:{host_uid}:rwX,d:u:{host_uid}:rwX,d:u:{runner_uid}:rwX,d:m::rwx,m::rwx"
     r = subprocess.run(["setfacl", "-R", "-m", spec, str(project)], capture_output=True, text=True)
     if r.returncode != 0:
-        raise RunError("error", EXIT_ERROR,
-                       f"cannot set ACLs on {project} ({r.stderr.strip()}); the project must be owned by the "
-                       "runner user on a filesystem with POSIX ACLs")
+        after = subprocess.run(["getfacl", "-pn", "--omit-header", str(project)], capture_output=True,
+                               text=True).stdout
+        if not all(w in after for w in want):
+            raise RunError("error", EXIT_ERROR,
+                           f"cannot set ACLs on {project} ({r.stderr.strip()[-300:]}); the project must be owned "
+                           "by the runner user on a filesystem with POSIX ACLs")
+        # Files a workload created earlier belong to its sub-uid and keep their own ACLs.
+        log.note(f"warning: some entries kept their ACLs: {r.stderr.strip().splitlines()[0][:200]}")
 
 
 def check_project(project: Path, cfg: EngineConfig) -> Path:
@@ -401,9 +412,14 @@ def run_jail(wf: Workflow, project: Path, res: Result, log: Log, interrupted: Ca
     assert proc.stdout is not None
     out = proc.stdout
 
+    first: list[str] = []
+
     def pump() -> None:
         for line in iter(out.readline, b""):
-            log.write(line.decode("utf-8", "replace"))
+            text = line.decode("utf-8", "replace")
+            if not first:
+                first.append(text)
+            log.write(text)
 
     t = threading.Thread(target=pump, daemon=True)
     t.start()
@@ -433,6 +449,14 @@ def run_jail(wf: Workflow, project: Path, res: Result, log: Log, interrupted: Ca
                 raise RunError("timeout", EXIT_TIMEOUT,
                                f"the workload ran past its timeout of {wf.timeout} s and was killed") from None
     t.join(timeout=10)
+    if rc == 1 and first and first[0].startswith("bwrap: execvp"):
+        return 127  # the workflow's command does not exist in the jail
+    if rc == 1 and first and first[0].startswith("bwrap: "):
+        # bubblewrap itself failed before the workload started (e.g. no unprivileged
+        # user namespaces on this kernel): not the workload's exit code.
+        raise RunError("unavailable", EXIT_UNAVAILABLE,
+                       f"bubblewrap could not set up the jail: {first[0].strip()[7:]} (unprivileged user "
+                       "namespaces must be allowed: sysctl kernel.unprivileged_userns_clone=1)")
     return rc if rc >= 0 else 128 - rc
 
 
@@ -468,6 +492,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             cfg = hostconfig.load(engine_config or hostconfig.DEFAULT_PATH)
         except hostconfig.ConfigError as exc:
             raise RunError("unavailable", EXIT_UNAVAILABLE, str(exc)) from None
+        check_identity(cfg)
         wf = workflow.load(name, workflow_dir or workflow.WORKFLOW_DIR)
         res.mode, res.workflow_file = wf.mode, str(wf.path)
         res.isolation = isolation_of(wf.mode, cfg)

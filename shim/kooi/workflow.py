@@ -12,6 +12,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,88 @@ class Workflow:
     description: str = ""
 
 
+@lru_cache(maxsize=1)
 def schema() -> dict:
     return json.loads(SCHEMA_PATH.read_text())
+
+
+@dataclass
+class SchemaError:
+    """One violation, shaped like jsonschema's ValidationError (the fields kooi uses)."""
+
+    absolute_path: list
+    validator: str
+    message: str
+    schema: dict
+    instance: Any
+
+
+_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool}
+
+
+def _is_type(value: Any, name: str) -> bool:
+    if name == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if name == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, _TYPES[name])
+
+
+def iter_errors(value: Any, sch: dict, path: list | None = None):
+    """Validate VALUE against the JSON Schema subset kooi's schemas use (type, enum,
+    pattern, minLength, minimum, maximum, exclusiveMinimum, minItems, items, required,
+    properties, patternProperties, additionalProperties: false). The run path uses this,
+    not the jsonschema package (its import alone costs a cold `kooi run` ~0.15 s);
+    tests/unit check that both agree."""
+    path = path or []
+    if "type" in sch and not _is_type(value, sch["type"]):
+        yield SchemaError(path, "type", f"{value!r} is not of type {sch['type']!r}", sch, value)
+        return
+    if "enum" in sch and value not in sch["enum"]:
+        yield SchemaError(path, "enum", f"{value!r} is not one of {sch['enum']!r}", sch, value)
+    if isinstance(value, str):
+        if "minLength" in sch and len(value) < sch["minLength"]:
+            yield SchemaError(path, "minLength", f"{value!r} is too short", sch, value)
+        if "pattern" in sch and not re.search(sch["pattern"], value):
+            yield SchemaError(path, "pattern", f"{value!r} does not match {sch['pattern']!r}", sch, value)
+    if _is_type(value, "number"):
+        if "minimum" in sch and value < sch["minimum"]:
+            yield SchemaError(path, "minimum", f"{value!r} is less than the minimum of {sch['minimum']!r}", sch, value)
+        if "maximum" in sch and value > sch["maximum"]:
+            yield SchemaError(path, "maximum", f"{value!r} is greater than the maximum of {sch['maximum']!r}",
+                              sch, value)
+        if "exclusiveMinimum" in sch and value <= sch["exclusiveMinimum"]:
+            yield SchemaError(path, "exclusiveMinimum",
+                              f"{value!r} is less than or equal to the minimum of {sch['exclusiveMinimum']!r}", sch, value)
+    if isinstance(value, list):
+        if "minItems" in sch and len(value) < sch["minItems"]:
+            yield SchemaError(path, "minItems", f"{value!r} should be non-empty" if sch["minItems"] == 1
+                              else f"{value!r} is too short", sch, value)
+        if "items" in sch:
+            for i, item in enumerate(value):
+                yield from iter_errors(item, sch["items"], path + [i])
+    if isinstance(value, dict):
+        for key in sch.get("required", []):
+            if key not in value:
+                yield SchemaError(path, "required", f"{key!r} is a required property", sch, value)
+        props = sch.get("properties", {})
+        pats = sch.get("patternProperties", {})
+        extra = []
+        for key, item in value.items():
+            matched = False
+            if key in props:
+                matched = True
+                yield from iter_errors(item, props[key], path + [key])
+            for pat, sub in pats.items():
+                if re.search(pat, str(key)):
+                    matched = True
+                    yield from iter_errors(item, sub, path + [key])
+            if not matched:
+                extra.append(key)
+        if extra and sch.get("additionalProperties") is False:
+            yield SchemaError(path, "additionalProperties",
+                              f"Additional properties are not allowed ({', '.join(map(repr, extra))} "
+                              f"{'was' if len(extra) == 1 else 'were'} unexpected)", sch, value)
 
 
 def _key_path(err) -> str:
@@ -64,26 +145,22 @@ def _key_path(err) -> str:
 def _describe(err) -> str:
     if err.validator == "additionalProperties":
         allowed = sorted((err.schema.get("properties") or {}).keys())
-        unknown = sorted(set(err.instance) - set(allowed)) if isinstance(err.instance, dict) else []
-        pat = err.schema.get("patternProperties")
-        if pat:
-            return f"key(s) {', '.join(map(repr, unknown)) or '?'} not allowed: names must match {next(iter(pat))}"
+        pats = list((err.schema.get("patternProperties") or {}).keys())
+        unknown = sorted(k for k in err.instance if k not in allowed
+                         and not any(re.search(p, str(k)) for p in pats))
         where = _key_path(err)
         prefix = "" if where == "(top level)" else f"{where}."
-        return "; ".join(f"unknown key '{prefix}{k}' (allowed: {', '.join(allowed)})"
-                         for k in sorted(set(err.instance) - set(allowed)))
+        if pats and not allowed:
+            return "; ".join(f"key '{prefix}{k}': not a valid name (must match {pats[0]})" for k in unknown)
+        return "; ".join(f"unknown key '{prefix}{k}' (allowed: {', '.join(allowed)})" for k in unknown)
     if err.validator == "required":
-        return f"{err.message} (key '{_key_path(err)}')"
+        return f"{err.message} (at {_key_path(err)})"
     return f"key '{_key_path(err)}': {err.message}"
 
 
 def validate(data: Any, source: str) -> list[str]:
     """All schema violations in DATA, each naming SOURCE and the key."""
-    import jsonschema
-
-    cls = jsonschema.validators.validator_for(schema())
-    v = cls(schema())
-    errs = sorted(v.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+    errs = sorted(iter_errors(data, schema()), key=lambda e: [str(p) for p in e.absolute_path])
     msgs = [f"{source}: {_describe(e)}" for e in errs]
     if not msgs and isinstance(data, dict):
         if data.get("mode") == "jail" and "image" in data:
@@ -99,6 +176,8 @@ def _check_root_owned(path: Path, what: str) -> None:
         st = path.stat()
     except FileNotFoundError:
         raise WorkflowError(f"{path}: {what} not found") from None
+    except PermissionError:
+        raise WorkflowError(f"{path}: {what} is not readable by uid {os.geteuid()}") from None
     if st.st_uid != 0:
         raise WorkflowError(
             f"{path}: {what} is owned by uid {st.st_uid}, not root; refusing to read workflows a "
@@ -144,7 +223,13 @@ def load(name: str, directory: Path = WORKFLOW_DIR) -> Workflow:
     _check_root_owned(directory, "workflow directory")
     for suffix in (".yml", ".yaml"):
         path = directory / f"{name}{suffix}"
-        if path.exists():
+        try:
+            present = path.lstat() is not None
+        except FileNotFoundError:
+            present = False
+        except PermissionError:
+            raise WorkflowError(f"{directory}: workflow directory is not readable by uid {os.geteuid()}") from None
+        if present:
             if path.is_symlink():
                 raise WorkflowError(f"{path}: is a symlink; refusing it")
             _check_root_owned(path, "workflow file")

@@ -18,6 +18,11 @@ IMAGE_DIR = Path(os.environ.get("KOOI_IMAGE_DIR", "/var/tmp/kooi-images"))
 def pytest_configure(config):
     if os.geteuid() != 0:
         raise pytest.UsageError("tests/e2e provision this machine and must run as root")
+    lock = os.environ.get("KOOI_RUNNER_IMAGE_LOCK", "")
+    if not lock or not Path(lock).is_file():
+        raise pytest.UsageError(
+            f"KOOI_RUNNER_IMAGE_LOCK={lock!r} is not a file: run images/runner/prepare-base.sh and export "
+            "the lock it prints (scripts/test.sh does)")
 
 
 def playbook(*extra: str, check: bool = True) -> subprocess.CompletedProcess:

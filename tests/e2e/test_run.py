@@ -1,0 +1,302 @@
+"""`kooi run` on this provisioned host: the real runner image on the real rootless
+engine, real bubblewrap jails. Workflows for the tests live in a root-owned temporary
+directory (KOOI_WORKFLOW_DIR); projects are owned by the runner user."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import REPO
+
+RESULT_KEYS = {"workflow", "run_id", "project", "mode", "isolation", "workflow_file", "image",
+               "image_digest", "start", "end", "duration_s", "exit_code", "reason", "message", "log",
+               "limits", "warnings"}
+
+SLEEPER = {"mode": "container", "command": ["sh", "-c", "sleep 600 & sleep 600"], "timeout": 3}
+JAIL_PROBE = r"""
+echo ok > /workspace/jail-wrote-this
+for d in /etc /usr /usr/bin /home /root /var /run; do
+  if ( : > "$d/kooi-jail-probe" ) 2>/dev/null; then echo "WROTE:$d"; fi
+done
+: > /tmp/kooi-jail-private-tmp && echo "TMP:ok"
+for s in /run/user /var/run/docker.sock /run/docker.sock /run/kooi; do
+  [ -e "$s" ] && echo "SEES:$s"
+done
+python3 - "$KOOI_TEST_PORT" <<'EOF'
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+    print("NET:connected")
+except OSError as e:
+    print("NET:refused", e.__class__.__name__)
+EOF
+echo "SESSION:$(ps -o sid= -p $$ 2>/dev/null || cat /proc/self/stat | cut -d' ' -f6)"
+echo "IFACES:$(ls /sys/class/net 2>/dev/null | tr '\n' ' ')"
+"""
+
+
+@pytest.fixture(scope="module")
+def host(engine):
+    subprocess.run(["kooi", "engine", "start"], check=True, capture_output=True)
+    pins = json.loads(Path("/etc/kooi/images.json").read_text())
+    assert "runner" in pins, "site.yml did not pin a runner image"
+    return {**engine, "pins": pins}
+
+
+@pytest.fixture
+def wfdir():
+    d = Path(tempfile.mkdtemp(prefix="kooi-e2e-workflows-", dir="/var/tmp"))
+    os.chmod(d, 0o755)
+    shutil.copy(REPO / "examples/workflows/maven-example.yml", d / "maven-example.yml")
+    shutil.copy(REPO / "examples/workflows/python-example.yml", d / "python-example.yml")
+    yield d
+    shutil.rmtree(d)
+
+
+def write_wf(d: Path, name: str, data: dict) -> None:
+    (d / f"{name}.yml").write_text(yaml.safe_dump(data))
+    os.chmod(d / f"{name}.yml", 0o644)
+
+
+@pytest.fixture
+def project(host, request):
+    """A copy of an example project, owned by the runner user."""
+    base = Path(host["runner_home"]) / "kooi-e2e"
+    base.mkdir(exist_ok=True)
+    shutil.chown(base, host["runner_user"], host["runner_user"])
+    made = []
+
+    def make(example: str = "maven-example") -> Path:
+        dest = base / f"{example}-{len(made)}-{os.getpid()}-{time.monotonic_ns()}"
+        shutil.copytree(REPO / "examples" / example, dest, ignore=shutil.ignore_patterns("target"))
+        subprocess.run(["chown", "-R", f"{host['runner_user']}:{host['runner_user']}", str(dest)], check=True)
+        made.append(dest)
+        return dest
+
+    yield make
+    for d in made:
+        # The workload's files belong to the runner's sub-uid; the runner may delete
+        # them (default ACL), which is what this proves on cleanup.
+        subprocess.run(["runuser", "-u", host["runner_user"], "--", "rm", "-rf", str(d)], check=True)
+
+
+def kooi_run(name: str, project: Path, wfdir: Path, *extra: str, user: str | None = None,
+             timeout: float = 600) -> tuple[subprocess.CompletedProcess, dict]:
+    out = Path(f"/var/tmp/kooi-e2e-{name.replace('/', '_')}-{time.monotonic_ns()}.json")
+    cmd = ["kooi", "run", name, "--project", str(project), "--json", str(out), *extra]
+    if user:
+        cmd = ["runuser", "-u", user, "--", *cmd]
+        out.touch()
+        shutil.chown(out, user)
+    env = {**os.environ, "KOOI_WORKFLOW_DIR": str(wfdir)}
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    try:
+        result = json.loads(out.read_text()) if out.stat().st_size else {}
+    finally:
+        out.unlink(missing_ok=True)
+    return res, result
+
+
+def leftovers(host) -> list[str]:
+    res = subprocess.run(["runuser", "-u", host["runner_user"], "--", "env", f"DOCKER_HOST=unix://{host['socket']}",
+                          "docker", "ps", "-a", "--filter", "label=org.kooi.managed=1", "--format", "{{.Names}}"],
+                         capture_output=True, text=True, check=True)
+    return res.stdout.split()
+
+
+def tree_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(path.rglob("*")):
+        h.update(str(p.relative_to(path)).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def test_maven_example_passes_with_a_complete_result(host, wfdir, project):
+    proj = project()
+    res, result = kooi_run("maven-example", proj, wfdir)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr
+    assert "BUILD SUCCESS" in res.stdout and "Tests run: 7, Failures: 0" in res.stdout
+    assert set(result) == RESULT_KEYS
+    assert result["exit_code"] == 0 and result["reason"] == "ok"
+    assert result["mode"] == "container" and result["isolation"] == "rootless"
+    assert result["image_digest"] == host["pins"]["runner"]["id"]
+    assert result["project"] == str(proj) and result["start"] < result["end"]
+    assert "BUILD SUCCESS" in Path(result["log"]).read_text()
+    assert (proj / "target" / "maven-example-1.0.0.jar").exists()
+    assert leftovers(host) == []
+
+
+def test_a_failing_test_fails_the_run(host, wfdir, project):
+    proj = project()
+    test = proj / "src/test/java/nl/kooi/example/BrokenTest.java"
+    test.write_text("package nl.kooi.example;\nimport org.junit.jupiter.api.Test;\n"
+                    "import static org.junit.jupiter.api.Assertions.assertEquals;\n"
+                    "class BrokenTest { @Test void broken() { assertEquals(1, 2); } }\n")
+    shutil.chown(test, host["runner_user"], host["runner_user"])
+    res, result = kooi_run("maven-example", proj, wfdir)
+    assert res.returncode != 0 and res.returncode == result["exit_code"]
+    assert result["reason"] == "failed"
+    assert "BrokenTest" in res.stdout and "BUILD FAILURE" in res.stdout
+    assert leftovers(host) == []
+
+
+def test_timeout_kills_the_whole_workload(host, wfdir, project):
+    write_wf(wfdir, "sleeper", SLEEPER)
+    t0 = time.monotonic()
+    res, result = kooi_run("sleeper", project("python-example"), wfdir)
+    assert res.returncode == 124, res.stderr
+    assert result["reason"] == "timeout" and "timeout of 3 s" in result["message"]
+    assert time.monotonic() - t0 < 60
+    assert leftovers(host) == []
+
+
+def test_concurrent_runs_do_not_collide(host, wfdir, project):
+    write_wf(wfdir, "nap", {"command": ["sh", "-c", "sleep 4; echo napped > /workspace/nap-$HOSTNAME"],
+                            "timeout": 60})
+    same = project("python-example")
+    other = project("python-example")
+    results: dict[str, tuple] = {}
+
+    def go(key: str, proj: Path, delay: float) -> None:
+        time.sleep(delay)
+        results[key] = kooi_run("nap", proj, wfdir)
+
+    threads = [threading.Thread(target=go, args=a) for a in
+               (("a", same, 0), ("b", same, 1.5), ("c", other, 0.5))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (ra, ja), (rb, jb), (rc, jc) = results["a"], results["b"], results["c"]
+    assert ra.returncode == 0 and ja["reason"] == "ok", ra.stderr
+    assert rb.returncode == 75 and jb["reason"] == "busy", rb.stderr
+    assert rc.returncode == 0 and jc["reason"] == "ok", rc.stderr
+    assert len({ja["run_id"], jc["run_id"]}) == 2
+    assert (other / "nap-nap").exists() and (same / "nap-nap").exists()
+    assert leftovers(host) == []
+
+
+def test_busy_run_waits_when_asked(host, wfdir, project):
+    write_wf(wfdir, "nap", {"command": ["sleep", "3"], "timeout": 60})
+    proj = project("python-example")
+    first = threading.Thread(target=kooi_run, args=("nap", proj, wfdir))
+    first.start()
+    time.sleep(1.0)
+    res, result = kooi_run("nap", proj, wfdir, "--wait", "30")
+    first.join()
+    assert res.returncode == 0 and result["reason"] == "ok", res.stderr
+
+
+@pytest.fixture
+def loopback_listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+def test_jail_writes_only_the_project_and_has_no_network_or_socket(host, wfdir, project, loopback_listener):
+    write_wf(wfdir, "jail-probe", {"mode": "jail", "command": ["sh", "-c", JAIL_PROBE],
+                                   "environment": {"KOOI_TEST_PORT": str(loopback_listener)}, "timeout": 60})
+    Path("/tmp/kooi-jail-private-tmp").unlink(missing_ok=True)
+    proj = project("python-example")
+    res, result = kooi_run("jail-probe", proj, wfdir)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert (proj / "jail-wrote-this").read_text() == "ok\n"
+    assert "WROTE:" not in out, out
+    assert "TMP:ok" in out and not Path("/tmp/kooi-jail-private-tmp").exists()
+    assert not any(Path(d, "kooi-jail-probe").exists() for d in ("/", "/etc", "/usr", "/home", "/var"))
+    assert "SEES:" not in out, out
+    assert "NET:refused" in out, out
+    assert result["isolation"] == "jail" and result["image"] is None
+
+
+def test_jail_timeout_kills_every_jailed_process(host, wfdir, project):
+    marker = f"kooi-jail-sleep-{os.getpid()}"
+    write_wf(wfdir, "jail-sleeper", {"mode": "jail", "timeout": 2,
+                                     "command": ["sh", "-c", f"sleep 600 & bash -c 'exec -a {marker} sleep 601'"]})
+    res, result = kooi_run("jail-sleeper", project("python-example"), wfdir)
+    assert res.returncode == 124 and result["reason"] == "timeout"
+    time.sleep(0.5)
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    assert marker not in ps and "sleep 600" not in ps, ps
+
+
+def test_unknown_and_malformed_workflows_are_clear_errors_that_change_nothing(host, wfdir, project):
+    proj = project("python-example")
+    before = tree_digest(proj)
+    res, result = kooi_run("no-such-flow", proj, wfdir)
+    assert res.returncode == 2 and result["reason"] == "invalid"
+    assert "no workflow 'no-such-flow'" in res.stderr and "maven-example" in res.stderr
+    (wfdir / "broken.yml").write_text("command: [true]\ncomand: [typo]\nlimits: {memory: lots}\n")
+    os.chmod(wfdir / "broken.yml", 0o644)
+    res, result = kooi_run("broken", proj, wfdir)
+    assert res.returncode == 2
+    assert f"{wfdir}/broken.yml: unknown key 'comand'" in res.stderr
+    assert "key 'limits.memory'" in res.stderr
+    res, _ = kooi_run("../etc/passwd", proj, wfdir)
+    assert res.returncode == 2 and "not a workflow name" in res.stderr
+    os.chmod(wfdir / "broken.yml", 0o666)
+    res, _ = kooi_run("broken", proj, wfdir)
+    assert res.returncode == 2 and "writable by group or others" in res.stderr
+    assert tree_digest(proj) == before
+    assert leftovers(host) == []
+
+
+def test_workflow_below_its_minimum_isolation_is_refused(host, wfdir, project):
+    write_wf(wfdir, "strict-jail", {"mode": "jail", "command": ["true"], "min_isolation": "rootless"})
+    res, result = kooi_run("strict-jail", project("python-example"), wfdir)
+    assert res.returncode == 126 and result["reason"] == "refused"
+    assert "requires isolation rootless" in res.stderr
+
+
+def test_only_root_or_the_runner_may_run(host, wfdir, project):
+    res, result = kooi_run("python-example", project("python-example"), wfdir, user="nobody")
+    assert res.returncode == 126 and "runs as the runner user" in res.stderr
+
+
+def test_runner_user_runs_directly(host, wfdir, project):
+    res, result = kooi_run("python-example", project("python-example"), wfdir, user=host["runner_user"])
+    assert res.returncode == 0 and result["reason"] == "ok", res.stdout + res.stderr
+
+
+def test_missing_engine_is_a_clear_error_that_changes_nothing(host, wfdir, project):
+    proj = project()
+    before = tree_digest(proj)
+    subprocess.run(["kooi", "engine", "stop"], check=True, capture_output=True)
+    try:
+        res, result = kooi_run("maven-example", proj, wfdir)
+    finally:
+        subprocess.run(["kooi", "engine", "start"], check=True, capture_output=True)
+    assert res.returncode == 125 and result["reason"] == "unavailable"
+    assert "kooi engine start" in res.stderr
+    assert tree_digest(proj) == before
+
+
+def test_gc_removes_what_a_dead_run_left(host):
+    env = ["runuser", "-u", host["runner_user"], "--", "env", f"DOCKER_HOST=unix://{host['socket']}", "docker"]
+    subprocess.run([*env, "create", "--label", "org.kooi.managed=1", "--label", "org.kooi.workflow=ghost",
+                    "--label", "org.kooi.project=/nonexistent", "--name", "kooi-ghost-run",
+                    host["pins"]["runner"]["id"], "true"], check=True, capture_output=True)
+    dry = subprocess.run(["kooi", "gc", "--dry-run"], capture_output=True, text=True, check=True)
+    assert "would remove container kooi-ghost-run" in dry.stdout
+    assert "kooi-ghost-run" in leftovers(host)
+    res = subprocess.run(["kooi", "gc"], capture_output=True, text=True, check=True)
+    assert "removed container kooi-ghost-run" in res.stdout
+    assert leftovers(host) == []

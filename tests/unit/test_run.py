@@ -1,0 +1,102 @@
+"""The confinement `kooi run` asks for, as pure data (the e2e tests prove it on a real
+engine and a real jail)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kooi import run
+from kooi.hostconfig import EngineConfig
+from kooi.workflow import Limits, Workflow
+
+CFG = EngineConfig(mode="rootless", runner_user="kooi-runner", runner_uid=1001, runner_gid=1001,
+                   runner_home="/home/kooi-runner", socket="/run/user/1001/docker.sock",
+                   daemon_config="/etc/kooi/engine/kooi-runner/daemon.json")
+IMG = {"Config": {"User": "1000:1000", "Env": ["PATH=/usr/bin", "HOME=/home/kooi"]}}
+
+
+def wf(**kw) -> Workflow:
+    return Workflow(name="t", path=Path("/etc/kooi/workflows/t.yml"), command=("mvn", "verify"), **kw)
+
+
+def args(w: Workflow, enforce=None, img=IMG):
+    res = run.Result(workflow="t", run_id="t-1", project="/p")
+    kw = run._container_args(w, CFG, img, Path("/p"), "t-1",
+                             enforce or {"memory": True, "pids": True, "cpus": True}, res)
+    return kw, res
+
+
+def test_container_is_confined():
+    kw, _ = args(wf())
+    assert kw["cap_drop"] == ["ALL"] and "cap_add" not in kw
+    assert kw["security_opt"] == ["no-new-privileges:true"]
+    assert kw["read_only"] is True and kw["network_mode"] == "none"
+    assert kw["user"] == "1000:1000" and kw["init"] is True
+    assert "privileged" not in kw and "volumes" not in kw and "devices" not in kw
+    [mount] = kw["mounts"]
+    assert mount["Target"] == "/workspace" and mount["Source"] == "/p" and mount["Type"] == "bind"
+    assert set(kw["tmpfs"]) == {"/tmp", "/home/kooi"}
+    assert all("nosuid" in o and "nodev" in o for o in kw["tmpfs"].values())
+    assert kw["labels"]["org.kooi.managed"] == "1" and kw["labels"]["org.kooi.run"] == "t-1"
+    assert "DOCKER_HOST" not in kw["environment"]
+
+
+def test_limits_are_passed_where_enforced():
+    kw, res = args(wf(limits=Limits(memory="2g", cpus=1.5, pids=256)))
+    assert kw["mem_limit"] == 2 << 30 and kw["memswap_limit"] == 2 << 30
+    assert kw["nano_cpus"] == 1_500_000_000 and kw["pids_limit"] == 256
+    assert res.warnings == [] and res.limits["memory"] == {"requested": "2g", "enforced": True}
+
+
+def test_unenforceable_limits_are_reported_not_pretended():
+    kw, res = args(wf(limits=Limits(memory="512m", pids=64)), {"memory": False, "pids": False, "cpus": False})
+    assert "mem_limit" not in kw and "pids_limit" not in kw
+    assert res.limits["pids"] == {"requested": 64, "enforced": False}
+    assert len(res.warnings) == 2 and all("not enforced" in w for w in res.warnings)
+
+
+@pytest.mark.parametrize("user", ["", "0", "root", "0:0", "root:root"])
+def test_root_images_are_refused(user):
+    with pytest.raises(run.RunError) as exc:
+        args(wf(), img={"Config": {"User": user}})
+    assert exc.value.code == run.EXIT_REFUSED
+
+
+def test_workdir_is_inside_the_workspace():
+    kw, _ = args(wf(workdir="sub/dir"))
+    assert kw["working_dir"] == "/workspace/sub/dir"
+
+
+def test_jail_binds_only_usr_etc_and_the_project(monkeypatch):
+    monkeypatch.setattr(run.shutil, "which", lambda _: "/usr/bin/bwrap")
+    argv = run.bwrap_argv(wf(environment={"A": "b"}), Path("/home/kooi-runner/p"))
+    binds = [(argv[i], argv[i + 1], argv[i + 2]) for i, a in enumerate(argv)
+             if a in ("--bind", "--ro-bind", "--dev-bind")]
+    rw = [b for b in binds if b[0] in ("--bind", "--dev-bind")]
+    assert rw == [("--bind", "/home/kooi-runner/p", "/workspace")]
+    assert {b[1] for b in binds if b[0] == "--ro-bind"} <= {"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32",
+                                                              "/lib64", "/libx32"}
+    for flag in ("--unshare-all", "--die-with-parent", "--new-session", "--clearenv"):
+        assert flag in argv
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert "--share-net" not in argv
+    assert argv[-3:] == ["--", "mvn", "verify"]
+    assert not any("/run" in a for a in argv)
+
+
+def test_subid_start_reads_the_users_range(tmp_path):
+    sub = tmp_path / "subuid"
+    sub.write_text("other:100000:65536\nkooi-runner:300000:65536\n")
+    assert run.subid_start("kooi-runner", str(sub)) == 300000
+    with pytest.raises(run.RunError, match="no range for nobody-here"):
+        run.subid_start("nobody-here", str(sub))
+
+
+def test_container_uids_map_like_the_engine(monkeypatch):
+    monkeypatch.setattr(run, "subid_start", lambda user, path="/etc/subuid": 300000)
+    assert run.host_uid_of(CFG, 0) == 1001          # rootless: container root is the runner
+    assert run.host_uid_of(CFG, 1000) == 300999     # ... and uid N the runner's sub-id N-1
+    remap = EngineConfig(**{**CFG.__dict__, "mode": "userns_remap", "remap_user": "kooi-remap"})
+    assert run.host_uid_of(remap, 1000) == 301000   # remap: container uid N is sub-id N
