@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, engine, hostconfig
+from . import __version__, hostconfig
 
 # Exit codes shared by every subcommand (documented in docs/cli.md).
 EXIT_OK = 0
@@ -18,6 +18,8 @@ EXIT_NOT_RUNNING = 3
 
 
 def _engine(args: argparse.Namespace) -> int:
+    from . import engine
+
     try:
         cfg = hostconfig.load(args.config)
     except hostconfig.ConfigError as exc:
@@ -72,6 +74,20 @@ def _workflow_check(args: argparse.Namespace) -> int:
     from . import workflow
 
     bad = 0
+    if args.inline is not None:
+        try:
+            flows = json.loads(args.inline)
+        except ValueError as exc:
+            print(f"--inline: not JSON: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if not isinstance(flows, dict):
+            print("--inline: expected a mapping of workflow name to definition", file=sys.stderr)
+            return EXIT_USAGE
+        for name, data in flows.items():
+            errors = workflow.check_inline(name, data, source=f"{args.source}: {name}")
+            for e in errors:
+                print(e, file=sys.stderr)
+            bad += bool(errors)
     for f in args.files:
         try:
             wf = workflow.parse(Path(f), args.name)
@@ -146,6 +162,24 @@ def _image(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _authz(args: argparse.Namespace) -> int:
+    from . import authz
+    from .policy import Policy
+
+    root = args.workspace_root
+    if root and not os.path.isabs(root):
+        print("kooi authz: --workspace-root must be an absolute path", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        authz.serve(Path(args.socket), Policy(workspace=root))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        print(f"kooi authz: cannot serve on {args.socket}: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kooi", description=__doc__)
     p.add_argument("--version", action="version", version=f"kooi {__version__}")
@@ -156,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--config", default=str(hostconfig.DEFAULT_PATH),
                    help="host description written by site.yml (default: %(default)s)")
     e.add_argument("--json", action="store_true", help="print the status as JSON")
-    e.add_argument("--timeout", type=float, default=engine.START_TIMEOUT,
+    e.add_argument("--timeout", type=float, default=90.0,
                    help="seconds to wait for the engine to answer (start)")
     e.set_defaults(func=_engine)
 
@@ -180,10 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_gc)
 
     w = sub.add_parser("workflow", help="validate workflow files")
-    w.add_argument("action", choices=("check",))
-    w.add_argument("files", nargs="+")
-    w.add_argument("--name", help="the name the file will be installed under (default: its file name)")
-    w.set_defaults(func=_workflow_check)
+    wsub = w.add_subparsers(dest="action", required=True)
+    wc = wsub.add_parser("check", help="validate workflow files and inline definitions; change nothing")
+    wc.add_argument("files", nargs="*", help="workflow files (NAME.yml)")
+    wc.add_argument("--name", help="the name a single file will be installed under (default: its file name)")
+    wc.add_argument("--inline", metavar="JSON", help="also check a JSON mapping of name to workflow definition")
+    wc.add_argument("--source", default="kooi_workflows", help="what to call the --inline mapping in errors")
+    wc.set_defaults(func=_workflow_check)
 
     i = sub.add_parser("image", help="build, verify and pin the runner image")
     i.add_argument("action", choices=("build", "verify", "lock"))
@@ -198,6 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--out", help="lock: write the updated lock here instead of in place")
     i.add_argument("--config", default=str(hostconfig.DEFAULT_PATH), help=argparse.SUPPRESS)
     i.set_defaults(func=_image)
+
+    a = sub.add_parser("authz", help="serve the Docker authorization plugin (kooi's request policy)")
+    a.add_argument("action", choices=("serve",))
+    a.add_argument("--socket", default="/run/docker/plugins/kooi-authz.sock",
+                   help="plugin socket; dockerd finds it by name in /run/docker/plugins (default: %(default)s)")
+    a.add_argument("--workspace-root", default=None,
+                   help="bind mounts must resolve below this directory (default: no bind mounts)")
+    a.set_defaults(func=_authz)
     return p
 
 

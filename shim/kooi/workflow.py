@@ -171,6 +171,18 @@ def validate(data: Any, source: str) -> list[str]:
     return msgs
 
 
+def check_inline(name: Any, data: Any, source: str) -> list[str]:
+    """Errors of an inline workflow (inventory variable kooi_workflows): name and body."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        return [f"{source}: {name!r} is not a workflow name (lower-case letters, digits, . _ -)"]
+    if not isinstance(data, dict):
+        return [f"{source}: a workflow is a mapping, got {type(data).__name__}"]
+    errors = validate(data, source)
+    if "name" in data and data["name"] != name:
+        errors.append(f"{source}: key 'name': {data['name']!r} differs from the workflow name {name!r}")
+    return errors
+
+
 def _check_root_owned(path: Path, what: str) -> None:
     try:
         st = path.stat()

@@ -96,3 +96,46 @@ def test_overlapping_explicit_range_is_refused(provisioned, unmanaged_range):
     assert "overlaps the unmanaged entry kooi-e2e-other" in res.stdout
     assert recap(res.stdout)["changed"] == 0
     assert _fingerprint() == before
+
+
+def _workflow_dir() -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in Path("/etc/kooi/workflows").iterdir()}
+
+
+@pytest.mark.parametrize("extra,names", [
+    ({"kooi_workflows": {"bad": {"command": "make", "colour": "red"}}},
+     ["kooi_workflows", "bad: unknown key 'colour'", "key 'command': 'make' is not of type 'array'"]),
+    ({"kooi_workflows": {"Bad Name": {"command": ["x"]}}}, ["kooi_workflows"]),
+    ({"kooi_schedules": [{"name": "n", "workflow": "python-example", "project": "/srv/p",
+                          "on_calendar": "daily"}]}, ["kooi_schedules", "service manager"]),
+    ({"kooi_schedules": [{"name": "n", "workflow": "python-example", "project": "/srv/p",
+                          "cron": "0 3 * *"}]}, ["kooi_schedules"]),
+    ({"kooi_schedules": [{"name": "n", "workflow": "no-such-flow", "project": "/srv/p",
+                          "cron": "0 3 * * *"}]}, ["kooi_schedules", "no-such-flow"]),
+])
+def test_bad_workflows_and_schedules_stop_the_play_before_any_change(provisioned, extra, names):
+    before, wfs = _fingerprint(), _workflow_dir()
+    res = playbook("-e", json.dumps(extra), check=False)
+    assert res.returncode != 0
+    for name in names:
+        assert name in res.stdout + res.stderr, (name, res.stdout[-3000:])
+    assert recap(res.stdout)["changed"] == 0
+    assert _fingerprint() == before and _workflow_dir() == wfs
+
+
+def _crontab(user: str) -> str:
+    return subprocess.run(["crontab", "-l", "-u", user], capture_output=True, text=True).stdout
+
+
+def test_cron_schedules_are_added_and_removed(provisioned, engine):
+    sched = {"kooi_schedules": [{"name": "nightly-python", "workflow": "python-example",
+                                 "project": "/home/kooi-runner/kooi-examples/python-example", "cron": "15 3 * * *"}]}
+    playbook("-e", json.dumps(sched))
+    tab = _crontab(engine["runner_user"])
+    assert "#Ansible: kooi nightly-python" in tab
+    assert ("15 3 * * * /usr/local/bin/kooi run python-example --project "
+            "/home/kooi-runner/kooi-examples/python-example --quiet --json /var/lib/kooi/runs/last-nightly-python.json") in tab
+    again = playbook("-e", json.dumps(sched))
+    assert recap(again.stdout)["changed"] == 0
+    playbook()
+    assert "kooi nightly-python" not in _crontab(engine["runner_user"])

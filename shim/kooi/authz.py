@@ -1,0 +1,119 @@
+"""`kooi authz`: a Docker authorization plugin (legacy socket plugin) applying kooi's
+request policy (kooi.policy) to every Engine API call of the daemon it guards.
+
+Protocol (docs.docker.com, "Access authorization plugin"): the daemon POSTs JSON to
+  /Plugin.Activate           -> {"Implements": ["authz"]}
+  /AuthZPlugin.AuthZReq      -> {"Allow": bool, "Msg": reason}   (request phase)
+  /AuthZPlugin.AuthZRes      -> {"Allow": true}                  (response phase)
+The request carries RequestMethod, RequestUri and RequestBody (base64). Bodies over
+1 MiB and chunked/empty bodies arrive empty; the policy refuses creates without one.
+Fail closed: if this process is down, dockerd refuses (and stalls) every call.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import socketserver
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+from .policy import Policy, decide
+
+PLUGIN_NAME = "kooi-authz"
+SOCKET_DIR = Path("/run/docker/plugins")
+MAX_MESSAGE = 8 << 20  # the daemon's message wraps a body of at most 1 MiB, base64-encoded
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, path: str, policy: Policy, log):
+        self.policy = policy
+        self.log = log
+        self.decisions = 0
+        self.lock = threading.Lock()
+        super().__init__(path, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):  # quiet; decisions are logged explicitly
+        pass
+
+    def address_string(self) -> str:  # unix sockets have no peer address
+        return "unix"
+
+    def _reply(self, doc: dict, status: int = 200) -> None:
+        data = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/vnd.docker.plugins.v1+json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_MESSAGE:
+            self._reply({"Allow": False, "Msg": "kooi-authz: message too large, refused"})
+            return
+        raw = self.rfile.read(length) if length else b""
+        if self.path == "/Plugin.Activate":
+            self._reply({"Implements": ["authz"]})
+            return
+        if self.path == "/AuthZPlugin.AuthZRes":
+            self._reply({"Allow": True})
+            return
+        if self.path != "/AuthZPlugin.AuthZReq":
+            self._reply({"Err": f"unknown endpoint {self.path}"}, 404)
+            return
+        allow, msg = self.decide(raw)
+        with self.server.lock:
+            self.server.decisions += 1
+        self._reply({"Allow": allow, "Msg": "" if allow else f"kooi-authz: {msg}"})
+
+    def decide(self, raw: bytes) -> tuple[bool, str]:
+        try:
+            req = json.loads(raw or b"{}")
+            method = str(req.get("RequestMethod") or "")
+            uri = str(req.get("RequestUri") or req.get("RequestURI") or "")
+            body_b64 = req.get("RequestBody")
+            body = base64.b64decode(body_b64, validate=True) if body_b64 else b""
+        except (ValueError, binascii.Error, AttributeError) as exc:
+            return False, f"unreadable authorization request ({exc.__class__.__name__}), refused"
+        d = decide(method, uri, body, self.server.policy)
+        if not d.allow:
+            self.server.log(f"DENY {method} {uri}: {d.reason}")
+        return d.allow, d.reason
+
+
+def serve(socket_path: Path, policy: Policy, log=lambda s: print(s, file=sys.stderr, flush=True),
+          ready: threading.Event | None = None) -> None:
+    """Serve the plugin on SOCKET_PATH (root-owned, 0600) until interrupted."""
+    socket_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        socket_path.unlink()
+    except FileNotFoundError:
+        pass
+    old = os.umask(0o177)
+    try:
+        srv = _Server(str(socket_path), policy, log)
+    finally:
+        os.umask(old)
+    log(f"kooi-authz: serving on {socket_path} (workspace root {policy.workspace or 'none: no binds'})")
+    if ready:
+        ready.set()
+    try:
+        srv.serve_forever(poll_interval=0.5)
+    finally:
+        srv.server_close()
+        try:
+            socket_path.unlink()
+        except FileNotFoundError:
+            pass

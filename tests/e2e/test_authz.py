@@ -1,0 +1,185 @@
+"""`kooi authz` in front of a real rootful dockerd (a second daemon the test starts, with
+its own data root and socket, `--authorization-plugin`): every refusal of the request
+policy reaches the client with its reason, ordinary runs work, the plugin fails closed
+and a restarted plugin is picked up without restarting dockerd."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import IMAGE_DIR, REPO
+
+NAME = "kooi-authz-e2e"
+PLUGIN_SOCK = Path(f"/run/docker/plugins/{NAME}.sock")
+BASE = Path("/var/tmp/kooi-authz-e2e")
+DOCKER_SOCK = Path("/run/kooi-authz-e2e/docker.sock")
+WS = BASE / "workspace"
+
+
+def start_plugin() -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "shim")}
+    proc = subprocess.Popen([sys.executable, "-m", "kooi", "authz", "serve", "--socket", str(PLUGIN_SOCK),
+                             "--workspace-root", str(WS)], env=env, stderr=open(BASE / "plugin.log", "a"))
+    for _ in range(100):
+        if PLUGIN_SOCK.exists():
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("kooi authz did not create its socket: " + (BASE / "plugin.log").read_text()[-2000:])
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    shutil.rmtree(BASE, ignore_errors=True)
+    (BASE / "data").mkdir(parents=True)
+    WS.mkdir()
+    (WS / "etc-link").symlink_to("/etc")
+    (WS / "data").mkdir()
+    DOCKER_SOCK.parent.mkdir(parents=True, exist_ok=True)
+    plugin = start_plugin()
+    log = open(BASE / "dockerd.log", "w")
+    dockerd = subprocess.Popen(
+        ["dockerd", "--data-root", str(BASE / "data"), "--exec-root", "/run/kooi-authz-e2e/exec",
+         "--pidfile", "/run/kooi-authz-e2e/dockerd.pid", "-H", f"unix://{DOCKER_SOCK}", "--bridge", "none",
+         "--iptables=false", "--ip-masq=false", "--authorization-plugin", NAME],
+        stdout=log, stderr=subprocess.STDOUT)
+    state = {"plugin": plugin}
+    try:
+        for _ in range(120):
+            if docker("version").returncode == 0:
+                break
+            if dockerd.poll() is not None:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the authz-guarded dockerd did not answer: " + (BASE / "dockerd.log").read_text()[-2000:])
+        assert dockerd.poll() is None, (BASE / "dockerd.log").read_text()[-2000:]
+        with (IMAGE_DIR / "probe.tar").open("rb") as fh:
+            res = subprocess.run(["docker", "-H", f"unix://{DOCKER_SOCK}", "load", "-q"], stdin=fh,
+                                 capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        yield state
+    finally:
+        dockerd.send_signal(signal.SIGTERM)
+        try:
+            dockerd.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            dockerd.kill()
+        state["plugin"].kill()
+        state["plugin"].wait()
+        subprocess.run(["umount", "-R", str(BASE / "data")], capture_output=True)
+        shutil.rmtree(BASE, ignore_errors=True)
+
+
+def docker(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", "-H", f"unix://{DOCKER_SOCK}", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def raw_create(body: bytes, content_length: int | None = None) -> tuple[int, str]:
+    """POST /containers/create straight to the daemon socket, with full control of the body."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(DOCKER_SOCK))
+    conn = http.client.HTTPConnection("localhost")
+    conn.sock = s
+    conn.putrequest("POST", "/v1.41/containers/create")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(len(body) if content_length is None else content_length))
+    conn.endheaders()
+    if body and content_length != 0:
+        try:
+            conn.send(body)
+        except BrokenPipeError:
+            pass  # the daemon answered (refused) before reading the whole body
+    resp = conn.getresponse()
+    text = resp.read().decode(errors="replace")
+    conn.close()
+    return resp.status, text
+
+
+RUN = ["run", "--rm", "--network", "none"]
+
+
+def test_an_ordinary_run_works(daemon):
+    res = docker(*RUN, "-v", f"{WS}/data:/data", "kooi-probe:latest", "sh", "-c", "echo hello > /data/x; cat /data/x")
+    assert res.returncode == 0 and "hello" in res.stdout, res.stderr
+
+
+@pytest.mark.parametrize("args,reason", [
+    (["--privileged"], "privileged containers are refused"),
+    (["--cap-add", "SYS_ADMIN"], "added capabilities are refused"),
+    (["-v", "/:/host"], "outside the workspace"),
+    (["-v", f"{WS}/etc-link:/x"], "resolves to /etc"),
+    (["-v", "/var/run/docker.sock:/var/run/docker.sock"], "socket mount"),
+    (["--pid", "host"], "PidMode=host"),
+    (["--network", "host"], "NetworkMode=host"),
+    (["--userns", "host"], "UsernsMode=host"),
+    (["--device", "/dev/null"], "Devices are refused"),
+    (["--security-opt", "systempaths=unconfined"], "MaskedPaths refused"),
+    (["--security-opt", "seccomp=unconfined"], "SecurityOpt"),
+])
+def test_the_plugin_refuses_with_its_reason(daemon, args, reason):
+    res = docker("run", "--rm", *args, "kooi-probe:latest", "true")
+    assert res.returncode != 0
+    assert "kooi-authz" in res.stderr and reason in res.stderr, res.stderr
+
+
+def test_volume_with_bind_driver_options_is_refused(daemon):
+    res = docker("volume", "create", "-o", "type=none", "-o", "o=bind", "-o", "device=/etc", "evil")
+    assert res.returncode != 0 and "volume driver options are refused" in res.stderr, res.stderr
+
+
+def test_plugin_management_is_refused(daemon):
+    res = docker("plugin", "disable", NAME)
+    assert res.returncode != 0 and "plugin management is refused" in res.stderr, res.stderr
+
+
+def test_exec_as_root_is_refused(daemon):
+    name = "kooi-authz-e2e-exec"
+    assert docker("run", "-d", "--name", name, "--network", "none", "-u", "65534", "kooi-probe:latest",
+                  "sleep", "60").returncode == 0
+    try:
+        res = docker("exec", "-u", "root", name, "id")
+        assert res.returncode != 0 and "exec as root is refused" in res.stderr, res.stderr
+        ok = docker("exec", name, "id", "-u")
+        assert ok.returncode == 0 and ok.stdout.strip() == "65534", ok.stderr
+    finally:
+        docker("rm", "-f", name)
+
+
+def test_an_oversized_privileged_create_is_refused(daemon):
+    body = json.dumps({"Image": "kooi-probe:latest", "Cmd": ["true"], "Labels": {"pad": "x" * 1_100_000},
+                       "HostConfig": {"Privileged": True}}).encode()
+    status, text = raw_create(body)
+    assert status >= 400 and "without a body" in text, (status, text[:500])
+
+
+def test_a_create_with_content_length_zero_is_refused(daemon):
+    body = json.dumps({"Image": "kooi-probe:latest", "HostConfig": {"Privileged": True}}).encode()
+    status, text = raw_create(body, content_length=0)
+    assert status >= 400 and "kooi-authz" in text, (status, text[:500])
+
+
+def test_plugin_down_fails_closed_and_a_restart_is_picked_up(daemon):
+    daemon["plugin"].kill()
+    daemon["plugin"].wait()
+    PLUGIN_SOCK.unlink(missing_ok=True)
+    t0 = time.monotonic()
+    res = docker("ps", timeout=120)
+    assert res.returncode != 0, "the daemon answered without its authorization plugin"
+    assert NAME in res.stderr, res.stderr
+    daemon["plugin"] = start_plugin()
+    ok = docker(*RUN, "kooi-probe:latest", "true", timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert time.monotonic() - t0 < 110

@@ -1,0 +1,238 @@
+"""The request policy: table tests for every rule, regressions for the known
+authorization-plugin bypasses, and hypothesis tests that it never crashes and never
+allows a request the rules forbid."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kooi.policy import MAX_BODY, Policy, decide
+
+WS = "/home/kooi-runner/project"
+LINKS = {f"{WS}/etc-link": "/etc", f"{WS}/sub": f"{WS}/sub", f"{WS}/up": "/home/kooi-runner"}
+
+
+def resolve(p: str) -> str:
+    p = os.path.normpath(p)
+    for link, target in LINKS.items():
+        if p == link or p.startswith(link + "/"):
+            return target + p[len(link):]
+    return p
+
+
+SOCKETS = {"/run/user/1001/docker.sock", f"{WS}/fake.sock", "/var/run/docker.sock"}
+POLICY = Policy(workspace=WS, resolve=resolve, is_socket=lambda p: p in SOCKETS)
+
+
+def create(hc: dict | None = None, **top) -> bytes:
+    doc = {"Image": "postgres", **top}
+    if hc is not None:
+        doc["HostConfig"] = hc
+    return json.dumps(doc).encode()
+
+
+def post(uri: str, body: bytes | None):
+    return decide("POST", uri, body, POLICY)
+
+
+ALLOWED = [
+    ("GET", "/v1.41/containers/json", None),
+    ("GET", "/_ping", None),
+    ("HEAD", "/_ping", None),
+    ("GET", "/plugins", None),
+    ("POST", "/v1.41/containers/create", create()),
+    ("POST", "/v1.41/containers/create?name=pg", create({"Binds": [f"{WS}/data:/data"]})),
+    ("POST", "/containers/create", create({"Binds": [f"{WS}/sub/x:/x:ro", "named:/v"]})),
+    ("POST", "/containers/create", create({"Mounts": [{"Type": "bind", "Source": WS, "Target": "/w"},
+                                                      {"Type": "volume", "Source": "v", "Target": "/v"},
+                                                      {"Type": "tmpfs", "Target": "/t"}]})),
+    ("POST", "/containers/create", create({"NetworkMode": "kooi-net", "PortBindings": {"5432/tcp": [{}]},
+                                           "SecurityOpt": ["no-new-privileges:true"], "Memory": 1 << 30})),
+    ("POST", "/containers/create", create({"NetworkMode": "container:abc"})),
+    ("POST", "/containers/abc/start", None),
+    ("POST", "/containers/abc/exec", json.dumps({"Cmd": ["psql"], "User": "postgres"}).encode()),
+    ("POST", "/volumes/create", json.dumps({"Name": "v"}).encode()),
+    ("POST", "/networks/create", json.dumps({"Name": "n"}).encode()),
+    ("DELETE", "/containers/abc?force=1", None),
+    ("POST", "/images/load", None),
+]
+
+
+@pytest.mark.parametrize("method,uri,body", ALLOWED)
+def test_ordinary_requests_are_allowed(method, uri, body):
+    d = decide(method, uri, body, POLICY)
+    assert d.allow, d.reason
+
+
+REFUSED = [
+    # (uri, body, words the reason must contain)
+    ("/containers/create", create({"Privileged": True}), "privileged"),
+    ("/containers/create", create({"privileged": True}), "privileged"),
+    ("/containers/create", b'{"HostConfig": {"Privileged": false, "PRIVILEGED": true}}', "privileged"),
+    ("/containers/create", create({"CapAdd": ["SYS_ADMIN"]}), "capabilities"),
+    ("/containers/create", create({"Binds": ["/:/host"]}), "outside the workspace"),
+    ("/containers/create", create({"Binds": ["/etc:/etc"]}), "outside the workspace"),
+    ("/containers/create", create({"Binds": [f"{WS}/etc-link:/x"]}), "resolves to /etc"),
+    ("/containers/create", create({"Binds": [f"{WS}/up/.ssh:/x"]}), "outside the workspace"),
+    ("/containers/create", create({"Binds": [f"{WS}/../other:/x"]}), "outside the workspace"),
+    ("/containers/create", create({"Binds": ["/var/run/docker.sock:/var/run/docker.sock"]}), "socket"),
+    ("/containers/create", create({"Binds": ["/run/user/1001/docker.sock:/d.sock"]}), "socket"),
+    ("/containers/create", create({"Binds": [f"{WS}/fake.sock:/x"]}), "socket"),
+    ("/containers/create", create({"Mounts": [{"Type": "bind", "Source": "/", "Target": "/h"}]}), "outside"),
+    ("/containers/create", create({"Mounts": [{"type": "BIND", "source": "/etc", "target": "/h"}]}), "outside"),
+    ("/containers/create", create({"Mounts": [{"Type": "volume", "Source": "v", "Target": "/v",
+                                               "VolumeOptions": {"DriverConfig": {"Options": {
+                                                   "o": "bind", "device": "/etc", "type": "none"}}}}]}),
+     "driver options"),
+    ("/containers/create", create({"Mounts": [{"Type": "npipe", "Source": "x", "Target": "/x"}]}), "type"),
+    ("/containers/create", create({"PidMode": "host"}), "PidMode=host"),
+    ("/containers/create", create({"PidMode": "container:abc"}), "PidMode"),
+    ("/containers/create", create({"IpcMode": "host"}), "IpcMode"),
+    ("/containers/create", create({"UTSMode": "host"}), "UTSMode"),
+    ("/containers/create", create({"NetworkMode": "host"}), "NetworkMode"),
+    ("/containers/create", create({"NetworkMode": "HOST"}), "NetworkMode"),
+    ("/containers/create", create({"UsernsMode": "host"}), "UsernsMode"),
+    ("/containers/create", create({"CgroupnsMode": "host"}), "CgroupnsMode"),
+    ("/containers/create", create({"Devices": [{"PathOnHost": "/dev/sda"}]}), "Devices"),
+    ("/containers/create", create({"DeviceRequests": [{"Count": -1}]}), "DeviceRequests"),
+    ("/containers/create", create({"DeviceCgroupRules": ["a *:* rwm"]}), "DeviceCgroupRules"),
+    ("/containers/create", create({"SecurityOpt": ["seccomp=unconfined"]}), "SecurityOpt"),
+    ("/containers/create", create({"SecurityOpt": ["apparmor=unconfined"]}), "SecurityOpt"),
+    ("/containers/create", create({"SecurityOpt": ["no-new-privileges:false"]}), "SecurityOpt"),
+    ("/containers/create", create({"MaskedPaths": []}), "MaskedPaths"),
+    ("/containers/create", create({"ReadonlyPaths": []}), "ReadonlyPaths"),
+    ("/containers/create", create({"Sysctls": {"kernel.core_pattern": "|/x"}}), "Sysctls"),
+    ("/containers/create", create({"VolumesFrom": ["other"]}), "VolumesFrom"),
+    ("/containers/create", create({"Runtime": "runsc-unconfined"}), "runtime"),
+    ("/containers/create", b"", "without a body"),
+    ("/containers/create", None, "without a body"),
+    ("/containers/create", b"[1]", "not a JSON object"),
+    ("/containers/create", b"{not json", "not a JSON object"),
+    ("/containers/create", create({"Privileged": True}, Pad="x" * MAX_BODY), "exceeds"),
+    ("/containers/create", create("privileged"), "HostConfig must be an object"),  # type: ignore[arg-type]
+    ("/containers/abc/exec", json.dumps({"Cmd": ["sh"], "User": "root"}).encode(), "exec as root"),
+    ("/containers/abc/exec", json.dumps({"Cmd": ["sh"], "User": "0:0"}).encode(), "exec as 0:0"),
+    ("/containers/abc/exec", json.dumps({"Cmd": ["sh"], "privileged": True}).encode(), "privileged exec"),
+    ("/containers/abc/exec", b"", "without a body"),
+    ("/volumes/create", json.dumps({"Name": "v", "DriverOpts": {"o": "bind", "device": "/etc"}}).encode(),
+     "driver options"),
+    ("/volumes/create", json.dumps({"Name": "v", "Driver": "sshfs"}).encode(), "volume driver"),
+    ("/volumes/create", b"", "without a body"),
+    ("/plugins/vieux/sshfs/enable", None, "plugin"),
+    ("/plugins/authz/disable", None, "plugin"),
+    ("/plugins/pull?remote=x", b"[]", "plugin"),
+    ("/build?t=x", b"tarball", "builds"),
+    ("/session", None, "session"),
+    ("/grpc", None, "gRPC"),
+    ("/swarm/init", b"{}", "swarm"),
+    ("/containers/abc/update", json.dumps({"Devices": [{"PathOnHost": "/dev/kvm"}]}).encode(), "Devices"),
+    ("/v1.41//containers/create", create({"Privileged": True}), "privileged"),
+    ("/v1.41/containers/create/", create({"Privileged": True}), "privileged"),
+    ("/v1.41/containers%2Fcreate", create({"Privileged": True}), "percent-encoded"),
+    ("/v1.41/containers/x/../create", create({"Privileged": True}), "dot segments"),
+]
+
+
+@pytest.mark.parametrize("uri,body,why", REFUSED, ids=[f"{i}:{r[2]}" for i, r in enumerate(REFUSED)])
+def test_dangerous_requests_are_refused_with_a_reason(uri, body, why):
+    d = post(uri, body)
+    assert not d.allow
+    assert why.lower() in d.reason.lower(), d.reason
+
+
+def test_no_workspace_means_no_binds():
+    d = decide("POST", "/containers/create", create({"Binds": [f"{WS}/x:/x"]}), Policy(workspace=None))
+    assert not d.allow and "no workspace binds" in d.reason
+
+
+def test_real_symlinks_are_resolved(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "etc").symlink_to("/etc")
+    (ws / "ok").mkdir()
+    pol = Policy(workspace=str(ws))
+    assert not decide("POST", "/containers/create", create({"Binds": [f"{ws}/etc:/x"]}), pol).allow
+    assert decide("POST", "/containers/create", create({"Binds": [f"{ws}/ok:/x"]}), pol).allow
+
+
+# --- properties ---------------------------------------------------------------------
+
+def casings(key: str):
+    return st.sampled_from([key, key.lower(), key.upper(), key[0].lower() + key[1:]])
+
+
+DANGER = {
+    "Privileged": st.just(True),
+    "CapAdd": st.just(["SYS_ADMIN"]),
+    "PidMode": st.sampled_from(["host", "HOST", "container:x"]),
+    "NetworkMode": st.sampled_from(["host", "Host"]),
+    "UsernsMode": st.just("host"),
+    "Devices": st.just([{"PathOnHost": "/dev/mem"}]),
+    "SecurityOpt": st.sampled_from([["seccomp=unconfined"], ["systempaths=unconfined"], ["label=disable"]]),
+    "MaskedPaths": st.just([]),
+    "Sysctls": st.just({"net.ipv4.ip_forward": "1"}),
+    "Binds": st.sampled_from([["/:/h"], ["/etc:/e"], [f"{WS}/etc-link:/e"], ["/var/run/docker.sock:/s"]]),
+}
+HARMLESS = {
+    "Memory": st.integers(0, 1 << 34),
+    "NetworkMode": st.sampled_from(["bridge", "none", "kooi-net"]),
+    "Binds": st.sampled_from([[], [f"{WS}:/w"], ["vol:/v"]]),
+    "AutoRemove": st.booleans(),
+    "Privileged": st.just(False),
+}
+
+
+@st.composite
+def create_bodies(draw):
+    hc_pairs = []
+    bad = draw(st.lists(st.sampled_from(sorted(DANGER)), max_size=2, unique=True))
+    for key in draw(st.lists(st.sampled_from(sorted(HARMLESS)), max_size=3, unique=True)):
+        if key not in bad:
+            hc_pairs.append((draw(casings(key)), draw(HARMLESS[key])))
+    for key in bad:
+        hc_pairs.append((draw(casings(key)), draw(DANGER[key])))
+    draw(st.randoms()).shuffle(hc_pairs)
+    hc = "{" + ",".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in hc_pairs) + "}"
+    return bad, ('{"Image":"x","HostConfig":' + hc + "}").encode()
+
+
+@settings(max_examples=500, deadline=None)
+@given(create_bodies())
+def test_a_create_with_any_dangerous_field_is_refused_in_any_casing(case):
+    bad, body = case
+    d = post("/v1.41/containers/create", body)
+    assert d.allow == (not bad), (bad, body, d.reason)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["GET", "POST", "PUT", "DELETE", "HEAD", "get"]),
+       st.text(alphabet="/abcdefgv1.4%?=&create", max_size=40),
+       st.one_of(st.none(), st.binary(max_size=200),
+                 st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=10)),
+                              lambda kids: st.one_of(st.lists(kids, max_size=3),
+                                                     st.dictionaries(st.text(max_size=12), kids, max_size=4)),
+                              max_leaves=12).map(lambda v: json.dumps(v).encode())))
+def test_the_policy_never_crashes(method, uri, body):
+    d = decide(method, uri, body, POLICY)
+    assert isinstance(d.allow, bool) and d.reason
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["HostConfig", "hostconfig", "Image", "Cmd"]),
+                       st.one_of(st.none(), st.integers(), st.text(max_size=5),
+                                 st.dictionaries(st.sampled_from(["Privileged", "privileged", "CapAdd"]),
+                                                 st.one_of(st.booleans(), st.none(), st.just(["ALL"]), st.just([])),
+                                                 max_size=3)),
+                       max_size=4))
+def test_privilege_is_never_allowed_whatever_the_shape(doc):
+    d = post("/containers/create", json.dumps(doc).encode())
+    hc = {k.lower(): v for k, v in doc.items()}.get("hostconfig")
+    if isinstance(hc, dict):
+        low = {k.lower(): v for k, v in hc.items()}
+        if low.get("privileged") is True or low.get("capadd"):
+            assert not d.allow, (doc, d.reason)
