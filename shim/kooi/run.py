@@ -500,6 +500,11 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             raise RunError("refused", EXIT_REFUSED,
                            f"workflow {name} requires isolation {wf.min_isolation} or stronger; "
                            f"this run would get {res.isolation} ({wf.mode} mode on a {cfg.mode} host)")
+        if wf.mode == "container":
+            # Import before dropping privileges: the interpreter may live where the
+            # runner cannot read (a root-only venv or pyenv); the host's copy does not.
+            import docker  # noqa: F401
+            import requests  # noqa: F401
         drop_to_runner(cfg)
         project = check_project(project, cfg)
         res.project = str(project)

@@ -13,6 +13,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = REPO / "ansible"
 IMAGE_DIR = Path(os.environ.get("KOOI_IMAGE_DIR", "/var/tmp/kooi-images"))
+# The command site.yml installed (system python, root-owned copy): what operators, cron
+# and pipelines run, not the development venv's console script.
+KOOI = "/usr/local/bin/kooi"
 
 
 def pytest_configure(config):
@@ -49,7 +52,7 @@ def provisioned():
 
 @pytest.fixture(scope="session")
 def engine(provisioned):
-    res = subprocess.run(["kooi", "engine", "start", "--json"], capture_output=True, text=True,
+    res = subprocess.run([KOOI, "engine", "start", "--json"], capture_output=True, text=True,
                          check=False)
     assert res.returncode == 0, res.stderr
     cfg = json.loads(Path("/etc/kooi/engine.json").read_text())

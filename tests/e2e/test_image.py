@@ -12,18 +12,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .conftest import KOOI
+
 CONTEXT = Path("/var/lib/kooi/images/runner/context")
 LOCK = Path("/etc/kooi/images/runner.lock.yml")
 
 
 @pytest.fixture(scope="module")
 def pinned(engine):
-    subprocess.run(["kooi", "engine", "start"], check=True, capture_output=True)
+    subprocess.run([KOOI, "engine", "start"], check=True, capture_output=True)
     return json.loads(Path("/etc/kooi/images.json").read_text())["runner"]
 
 
 def build(context: Path, lock: Path = LOCK, *extra: str, name: str = "runner") -> tuple[subprocess.CompletedProcess, dict]:
-    res = subprocess.run(["kooi", "image", "build", "--name", name, "--lock", str(lock), "--context", str(context),
+    res = subprocess.run([KOOI, "image", "build", "--name", name, "--lock", str(lock), "--context", str(context),
                           "--archive-dir", "/var/tmp/kooi-images", *extra], capture_output=True, text=True)
     try:
         return res, json.loads(res.stdout.strip().splitlines()[-1])
@@ -55,7 +57,7 @@ def context_copy(engine):
 def test_the_pinned_image_matches_the_lock(pinned):
     lock = yaml.safe_load(LOCK.read_text())
     assert pinned["base"] == lock["base"]["digest"]
-    res = subprocess.run(["kooi", "image", "verify", "--lock", str(LOCK)], capture_output=True, text=True)
+    res = subprocess.run([KOOI, "image", "verify", "--lock", str(LOCK)], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -99,3 +101,57 @@ def test_an_image_with_a_setuid_file_is_refused_and_removed(engine, pinned, cont
     left = docker(engine, "images", "-q", "--filter", "label=org.kooi.image=e2e")
     assert left.stdout.split() == []
     assert json.loads(Path("/etc/kooi/images.json").read_text())["runner"] == pinned
+
+
+def run_in_image(engine, image_id: str, script: str, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", engine["runner_user"], "--", "env", f"DOCKER_HOST=unix://{engine['socket']}",
+                           "docker", "run", "--rm", "-i", "--network", "none", *flags, "--entrypoint", "sh",
+                           image_id, "-s"], input=script, capture_output=True, text=True, timeout=300)
+
+
+def test_the_pinned_toolchains_run_and_java_trusts_the_extra_cas(engine, pinned):
+    lock = yaml.safe_load(LOCK.read_text())
+    res = run_in_image(engine, pinned["id"], """
+        set -e
+        java -version 2>&1 | head -1
+        mvn -v | head -1
+        echo "node $(node --version) npm $(npm --version)"
+        python3 -m venv /tmp/venv && /tmp/venv/bin/python -V && /tmp/venv/bin/pip --version | cut -d' ' -f1-2
+        git --version
+        curl --version | head -1
+        claude --version
+        echo "uid $(id -u)"
+        for crt in /usr/local/share/ca-certificates/*.crt; do
+          fp=$(openssl x509 -noout -fingerprint -sha256 -in "$crt" | sed 's/.*=//')
+          keytool -list -cacerts -storepass changeit | grep -q "$fp" && echo "JAVA-TRUSTS $(basename $crt)"
+        done
+    """)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert 'openjdk version "21' in out
+    assert f"Apache Maven {lock['maven']['version']}" in out
+    assert "node v20." in out and "npm 9." in out
+    assert "Python 3.13" in out and "pip 25" in out
+    assert "git version 2." in out and "curl 8." in out
+    assert f"{lock['claude_code']['version']} (Claude Code)" in out
+    assert "uid 1000" in out
+    host_cas = sorted(p.name for p in Path("/usr/local/share/ca-certificates").glob("*.crt"))
+    assert host_cas, "this machine has no extra CA to check"
+    for name in host_cas:
+        assert f"JAVA-TRUSTS {name}" in out, out
+
+
+def test_later_package_installs_stay_stripped_of_setuid(engine, pinned):
+    res = run_in_image(engine, pinned["id"], """
+        set -e
+        mkdir -p /tmp/p/DEBIAN /tmp/p/usr/local/bin
+        printf 'Package: kooi-suid-test\\nVersion: 1.0\\nArchitecture: all\\nMaintainer: kooi <kooi@localhost>\\nDescription: t\\n' \
+          > /tmp/p/DEBIAN/control
+        cp /bin/true /tmp/p/usr/local/bin/kooi-suid-test && chmod 4755 /tmp/p/usr/local/bin/kooi-suid-test
+        dpkg-deb --root-owner-group --build /tmp/p /tmp/kooi-suid-test.deb >/dev/null
+        apt-get install -y -qq /tmp/kooi-suid-test.deb >/dev/null 2>&1
+        stat -c 'MODE %a' /usr/local/bin/kooi-suid-test
+        find / -xdev ! -type l -perm /6000 -print 2>/dev/null | sed 's/^/SUID /'
+    """, "--user", "0")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "MODE 755" in res.stdout and "SUID" not in res.stdout, res.stdout

@@ -14,7 +14,7 @@ import testinfra
 from kooi.checks import Context, run_all
 from kooi.checks.core import FAIL
 
-from .conftest import playbook, recap
+from .conftest import KOOI, playbook, recap
 
 
 def test_second_run_changes_nothing(provisioned):
@@ -25,7 +25,7 @@ def test_second_run_changes_nothing(provisioned):
 
 
 def test_engine_status_reports_the_rootless_daemon(engine):
-    res = subprocess.run(["kooi", "engine", "status", "--json"], capture_output=True, text=True)
+    res = subprocess.run([KOOI, "engine", "status", "--json"], capture_output=True, text=True)
     st = json.loads(res.stdout)
     assert res.returncode == 0 and st["running"] and st["mode"] == "rootless"
     assert st["storage_driver"] == engine["storage_driver"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO
+from .conftest import KOOI, REPO
 
 RESULT_KEYS = {"workflow", "run_id", "project", "mode", "isolation", "workflow_file", "image",
                "image_digest", "start", "end", "duration_s", "exit_code", "reason", "message", "log",
@@ -49,7 +49,7 @@ echo "IFACES:$(ls /sys/class/net 2>/dev/null | tr '\n' ' ')"
 
 @pytest.fixture(scope="module")
 def host(engine):
-    subprocess.run(["kooi", "engine", "start"], check=True, capture_output=True)
+    subprocess.run([KOOI, "engine", "start"], check=True, capture_output=True)
     pins = json.loads(Path("/etc/kooi/images.json").read_text())
     assert "runner" in pins, "site.yml did not pin a runner image"
     return {**engine, "pins": pins}
@@ -95,7 +95,7 @@ def project(host, request):
 def kooi_run(name: str, project: Path, wfdir: Path, *extra: str, user: str | None = None,
              timeout: float = 600) -> tuple[subprocess.CompletedProcess, dict]:
     out = Path(f"/var/tmp/kooi-e2e-{name.replace('/', '_')}-{time.monotonic_ns()}.json")
-    cmd = ["kooi", "run", name, "--project", str(project), "--json", str(out), *extra]
+    cmd = [KOOI, "run", name, "--project", str(project), "--json", str(out), *extra]
     if user:
         cmd = ["runuser", "-u", user, "--", *cmd]
         out.touch()
@@ -279,11 +279,11 @@ def test_runner_user_runs_directly(host, wfdir, project):
 def test_missing_engine_is_a_clear_error_that_changes_nothing(host, wfdir, project):
     proj = project()
     before = tree_digest(proj)
-    subprocess.run(["kooi", "engine", "stop"], check=True, capture_output=True)
+    subprocess.run([KOOI, "engine", "stop"], check=True, capture_output=True)
     try:
         res, result = kooi_run("maven-example", proj, wfdir)
     finally:
-        subprocess.run(["kooi", "engine", "start"], check=True, capture_output=True)
+        subprocess.run([KOOI, "engine", "start"], check=True, capture_output=True)
     assert res.returncode == 125 and result["reason"] == "unavailable"
     assert "kooi engine start" in res.stderr
     assert tree_digest(proj) == before
@@ -294,9 +294,9 @@ def test_gc_removes_what_a_dead_run_left(host):
     subprocess.run([*env, "create", "--label", "org.kooi.managed=1", "--label", "org.kooi.workflow=ghost",
                     "--label", "org.kooi.project=/nonexistent", "--name", "kooi-ghost-run",
                     host["pins"]["runner"]["id"], "true"], check=True, capture_output=True)
-    dry = subprocess.run(["kooi", "gc", "--dry-run"], capture_output=True, text=True, check=True)
+    dry = subprocess.run([KOOI, "gc", "--dry-run"], capture_output=True, text=True, check=True)
     assert "would remove container kooi-ghost-run" in dry.stdout
     assert "kooi-ghost-run" in leftovers(host)
-    res = subprocess.run(["kooi", "gc"], capture_output=True, text=True, check=True)
+    res = subprocess.run([KOOI, "gc"], capture_output=True, text=True, check=True)
     assert "removed container kooi-ghost-run" in res.stdout
     assert leftovers(host) == []

@@ -14,6 +14,7 @@ from .core import FAIL, NA, PASS, check
 
 SELFTEST = "/etc/kooi/workflows/kooi-selftest.yml"
 RUN_DIR = "/var/lib/kooi/runs"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def _selftest(host, ctx):
@@ -28,7 +29,8 @@ def _selftest(host, ctx):
     if prep.rc != 0:
         ctx.cache["selftest"] = ({}, f"cannot create {proj}: {prep.stderr.strip()}")
         return ctx.cache["selftest"]
-    res = host.run(f"kooi run kooi-selftest --project {proj} --json {RUN_DIR}/selftest.json")
+    # The host's installed command, whatever PATH the caller has (a venv may shadow it).
+    res = host.run(f"PATH={SYSTEM_PATH} kooi run kooi-selftest --project {proj} --json {RUN_DIR}/selftest.json")
     seen = {}
     for line in res.stdout.splitlines():
         if line.startswith("KOOI-SELFTEST "):
