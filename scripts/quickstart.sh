@@ -2,7 +2,8 @@
 # Quick start: provision THIS machine as a kooi runner host with site.yml (local
 # inventory): runner user, rootless engine, the pinned runner image built on it, the
 # kooi command and workflows; then run the example workflows through the shim (a Maven
-# build in the runner container, Python tests in a bubblewrap jail) and the host checks.
+# build in the runner container, Python tests in a bubblewrap jail) and end with
+# `kooi verify`, the check catalogue on this host (exit code 1 if any check fails).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 "$repo/scripts/bootstrap.sh"
@@ -33,5 +34,5 @@ kooi run python-example --project "$projects/python-example" --json "$projects/p
 echo "--- result of the Maven run ($projects/maven-example.json):"
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print({k: r[k] for k in ("workflow","isolation","image_digest","exit_code","reason","duration_s")})' \
   "$projects/maven-example.json"
-echo "--- kooi's checks on this machine:"
-python -m pytest --pyargs kooi.checks --hosts=local:// -q -p no:cacheprovider -rA | grep -E '^(HOST|ESC|IMG|ID)-|passed|failed'
+echo "--- kooi verify: the check catalogue on this machine"
+/usr/local/bin/kooi verify

@@ -162,6 +162,33 @@ def _image(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _verify(args: argparse.Namespace) -> int:
+    from . import verify
+
+    unknown = sorted(set(args.check or []) - set(verify.known_ids()))
+    if unknown:
+        print(f"kooi verify: unknown check id(s) {', '.join(unknown)}; known: {', '.join(verify.known_ids())}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        report = verify.run(args.hosts, args.probe_image, args.check)
+    except ImportError:
+        print("kooi verify: testinfra is missing (Debian: apt-get install python3-testinfra; "
+              "site.yml installs it)", file=sys.stderr)
+        return EXIT_USAGE
+    except RuntimeError as exc:  # host not provisioned, unreachable backend
+        print(f"kooi verify: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    out = {"text": verify.render_text, "json": lambda r: json.dumps(r, indent=2) + "\n",
+           "junit": verify.render_junit}[args.format](report)
+    if args.output:
+        Path(args.output).write_text(out)
+        print(verify.render_text(report).splitlines()[-1])
+    else:
+        sys.stdout.write(out)
+    return EXIT_OK if report["ok"] else EXIT_FAIL
+
+
 def _authz(args: argparse.Namespace) -> int:
     from . import authz
     from .policy import Policy
@@ -235,6 +262,15 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--out", help="lock: write the updated lock here instead of in place")
     i.add_argument("--config", default=str(hostconfig.DEFAULT_PATH), help=argparse.SUPPRESS)
     i.set_defaults(func=_image)
+
+    v = sub.add_parser("verify", help="run kooi's check catalogue against a host and report",
+                       description="Exit 0 when no check fails, 1 when one does, 2 on usage errors.")
+    v.add_argument("--hosts", default="local://", help="testinfra host spec: local://, ssh://user@host, docker://NAME")
+    v.add_argument("--format", choices=("text", "json", "junit"), default="text")
+    v.add_argument("--output", help="write the report here (stdout gets the summary line)")
+    v.add_argument("--probe-image", help="image for the ESC-* probes (default: the pinned runner image)")
+    v.add_argument("--check", action="append", metavar="ID", help="run only this check (repeatable)")
+    v.set_defaults(func=_verify)
 
     a = sub.add_parser("authz", help="serve the Docker authorization plugin (kooi's request policy)")
     a.add_argument("action", choices=("serve",))

@@ -49,8 +49,10 @@ def daemon():
     DOCKER_SOCK.parent.mkdir(parents=True, exist_ok=True)
     plugin = start_plugin()
     log = open(BASE / "dockerd.log", "w")
+    # Its own network namespace: this daemon must not touch the host's interfaces
+    # (with --bridge none on the host's namespace it removed the host's docker0).
     dockerd = subprocess.Popen(
-        ["dockerd", "--data-root", str(BASE / "data"), "--exec-root", "/run/kooi-authz-e2e/exec",
+        ["unshare", "--net", "--", "dockerd", "--data-root", str(BASE / "data"), "--exec-root", "/run/kooi-authz-e2e/exec",
          "--pidfile", "/run/kooi-authz-e2e/dockerd.pid", "-H", f"unix://{DOCKER_SOCK}", "--bridge", "none",
          "--iptables=false", "--ip-masq=false", "--authorization-plugin", NAME],
         stdout=log, stderr=subprocess.STDOUT)

@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
@@ -131,6 +132,7 @@ def test_maven_example_passes_with_a_complete_result(host, wfdir, project):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr
     assert "BUILD SUCCESS" in res.stdout and "Tests run: 7, Failures: 0" in res.stdout
     assert set(result) == RESULT_KEYS
+    jsonschema.validate(result, json.loads((REPO / "docs/run-result.schema.json").read_text()))
     assert result["exit_code"] == 0 and result["reason"] == "ok"
     assert result["mode"] == "container" and result["isolation"] == "rootless"
     assert result["image_digest"] == host["pins"]["runner"]["id"]
@@ -160,6 +162,7 @@ def test_timeout_kills_the_whole_workload(host, wfdir, project):
     res, result = kooi_run("sleeper", project("python-example"), wfdir)
     assert res.returncode == 124, res.stderr
     assert result["reason"] == "timeout" and "timeout of 3 s" in result["message"]
+    jsonschema.validate(result, json.loads((REPO / "docs/run-result.schema.json").read_text()))
     assert time.monotonic() - t0 < 60
     assert leftovers(host) == []
 

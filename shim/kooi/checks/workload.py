@@ -16,7 +16,7 @@ PROCSYS_PROBE = (
 
 
 def _run(host, ctx, args: str, cmd: str):
-    line = (f"docker run --rm --pull=never --network none {args} "
+    line = (f"docker run --rm --pull=never --network none --user 0 {args} "
             f"{shlex.quote(ctx.probe_image)} sh -c {shlex.quote(cmd)}")
     return host.run(ctx.as_runner(line))
 

@@ -1,0 +1,78 @@
+"""`kooi verify`: the check catalogue against a live host, as a report.
+
+The same check functions Molecule's verify step runs (kooi.checks), through the same
+testinfra backends: local:// (this host), ssh://user@host, docker://NAME. Checks are
+read-only or clean up after themselves (the ID-* checks run the kooi-selftest
+workflow on a scratch project). Output: text, JSON (docs/verify.schema.json) or JUnit.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+
+from .checks import CHECKS, Context, run_all
+from .checks.core import FAIL, NA, PASS
+
+
+def probe_image_for(host, ctx: Context, requested: str | None) -> str:
+    """The image the ESC-* probes run: the one asked for, else the pinned runner image
+    (run as container root), else the busybox probe the test suite builds."""
+    if requested:
+        return requested
+    pins = host.file("/etc/kooi/images.json")
+    if pins.exists:
+        runner = json.loads(pins.content_string).get("runner") or {}
+        if runner.get("id"):
+            return runner["id"]
+    return "kooi-probe:latest"
+
+
+def run(spec: str = "local://", probe_image: str | None = None, ids: list[str] | None = None) -> dict:
+    import testinfra
+
+    host = testinfra.get_host(spec)
+    ctx = Context.from_host(host)
+    ctx.probe_image = probe_image_for(host, ctx, probe_image)
+    results = run_all(host, ctx, ids)
+    summary = {s: sum(1 for r in results if r.status == s) for s in (PASS, FAIL, NA)}
+    return {
+        "schema": 1,
+        "host": spec if spec != "local://" else f"local://{socket.gethostname()}",
+        "engine_mode": ctx.mode,
+        "probe_image": ctx.probe_image,
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "summary": summary,
+        "ok": summary[FAIL] == 0,
+        "checks": [r.as_dict() for r in results],
+    }
+
+
+def render_text(report: dict) -> str:
+    lines = [f"kooi verify {report['host']} ({report['engine_mode']}, probe {report['probe_image'][:19]})"]
+    for c in report["checks"]:
+        lines.append(f"{c['status'].upper():4} {c['id']:<24} {c['evidence']}")
+    s = report["summary"]
+    lines.append(f"verify: {s['pass']} passed, {s['fail']} failed, {s['na']} not applicable")
+    return "\n".join(lines) + "\n"
+
+
+def render_junit(report: dict) -> str:
+    s = report["summary"]
+    root = ET.Element("testsuites")
+    suite = ET.SubElement(root, "testsuite", name="kooi.verify", tests=str(len(report["checks"])), failures=str(s["fail"]),
+                      skipped=str(s["na"]), timestamp=report["time"], hostname=report["host"])
+    for c in report["checks"]:
+        case = ET.SubElement(suite, "testcase", classname="kooi.verify", name=c["id"])
+        ET.SubElement(case, "system-out").text = f"{c['title']}\nthreat: {c['threat']}\n{c['evidence']}"
+        if c["status"] == FAIL:
+            ET.SubElement(case, "failure", message=c["evidence"][:500]).text = c["evidence"]
+        elif c["status"] == NA:
+            ET.SubElement(case, "skipped", message=c["evidence"][:500])
+    return ET.tostring(root, encoding="unicode") + "\n"
+
+
+def known_ids() -> list[str]:
+    return [c.id for c in CHECKS]

@@ -1,0 +1,80 @@
+"""`kooi verify` on this provisioned host: every check reported in each format, the
+JSON valid against docs/verify.schema.json, a deliberate weakness fails exactly its
+check, and verify leaves the host as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+
+from kooi.checks import CHECKS
+
+from .conftest import KOOI, REPO
+
+WATCHED = ("/etc/passwd", "/etc/group", "/etc/subuid", "/etc/subgid", "/etc/kooi/engine.json",
+           "/etc/kooi/images.json", "/etc/kooi/engine/kooi-runner/daemon.json")
+
+
+def verify(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([KOOI, "verify", *args], capture_output=True, text=True, timeout=600)
+
+
+def fingerprint() -> dict[str, str]:
+    return {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in WATCHED if Path(p).exists()}
+
+
+def containers(engine) -> list[str]:
+    return subprocess.run(["runuser", "-u", engine["runner_user"], "--", "env", f"DOCKER_HOST=unix://{engine['socket']}",
+                           "docker", "ps", "-aq"], capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_json_report_is_complete_valid_and_changes_nothing(engine):
+    before, before_containers = fingerprint(), containers(engine)
+    res = verify("--format", "json")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr
+    report = json.loads(res.stdout)
+    jsonschema.validate(report, json.loads((REPO / "docs/verify.schema.json").read_text()))
+    assert [c["id"] for c in report["checks"]] == [c.id for c in CHECKS]
+    assert report["ok"] and report["summary"]["fail"] == 0
+    assert {c["id"] for c in report["checks"] if c["status"] == "pass"} >= {
+        "HOST-ENGINE-ROOTLESS", "ESC-PROCSYS-WRITE", "IMG-NOSUID", "ID-CAPS"}
+    assert fingerprint() == before
+    assert containers(engine) == before_containers
+
+
+def test_junit_and_text_reports(engine, tmp_path):
+    out = tmp_path / "verify.xml"
+    res = verify("--format", "junit", "--output", str(out))
+    assert res.returncode == 0 and "0 failed" in res.stdout
+    cases = ET.parse(out).getroot().findall(".//testcase")
+    assert [c.get("name") for c in cases] == [c.id for c in CHECKS]
+    text = verify("--check", "HOST-RUNNER-NODOCKER", "--check", "IMG-NONROOT")
+    assert text.returncode == 0
+    assert "PASS HOST-RUNNER-NODOCKER" in text.stdout and "verify: 2 passed, 0 failed" in text.stdout
+
+
+def test_a_weakness_fails_its_check_and_the_exit_code(engine):
+    user = engine["runner_user"]
+    subprocess.run(["groupadd", "-f", "docker"], check=True)
+    subprocess.run(["gpasswd", "-a", user, "docker"], check=True, capture_output=True)
+    try:
+        res = verify("--format", "json")
+    finally:
+        subprocess.run(["gpasswd", "-d", user, "docker"], check=True, capture_output=True)
+    report = json.loads(res.stdout)
+    assert res.returncode == 1 and not report["ok"]
+    expected = {"HOST-RUNNER-NODOCKER"}
+    sock = Path("/var/run/docker.sock")
+    if sock.exists() and sock.group() == "docker":  # this machine's rootful daemon: now reachable too
+        expected.add("HOST-ROOTFUL-SOCKET")
+    assert {c["id"] for c in report["checks"] if c["status"] == "fail"} == expected
+
+
+def test_unknown_check_ids_are_usage_errors(engine):
+    res = verify("--check", "HOST-NOPE")
+    assert res.returncode == 2 and "unknown check id" in res.stderr
