@@ -158,18 +158,20 @@ def grant_workspace(project: Path, host_uid: int, runner_uid: int, log: Log) -> 
     if not shutil.which("setfacl"):
         raise RunError("unavailable", EXIT_UNAVAILABLE,
                        "setfacl is missing (package acl); re-run site.yml")
-    have = subprocess.run(["getfacl", "-pn", "--omit-header", str(project)], capture_output=True,
-                          text=True).stdout
     want = (f"default:user:{host_uid}:rwx", f"user:{host_uid}:rwx", f"default:user:{runner_uid}:rwx")
-    if all(w in have for w in want):
+
+    def granted() -> bool:
+        acl = subprocess.run(["getfacl", "-pn", "--omit-header", str(project)], capture_output=True,
+                             text=True).stdout
+        return all(w in acl for w in want)
+
+    if granted():
         return
     log.note(f"granting the workload's uid {host_uid} access to {project} (POSIX ACL, once)")
     spec = f"u:{host_uid}:rwX,d:u:{host_uid}:rwX,d:u:{runner_uid}:rwX,d:m::rwx,m::rwx"
     r = subprocess.run(["setfacl", "-R", "-m", spec, str(project)], capture_output=True, text=True)
     if r.returncode != 0:
-        after = subprocess.run(["getfacl", "-pn", "--omit-header", str(project)], capture_output=True,
-                               text=True).stdout
-        if not all(w in after for w in want):
+        if not granted():
             raise RunError("error", EXIT_ERROR,
                            f"cannot set ACLs on {project} ({r.stderr.strip()[-300:]}); the project must be owned "
                            "by the runner user on a filesystem with POSIX ACLs")
@@ -309,7 +311,6 @@ def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, r
     try:
         client = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=30)
         client.ping()
-        info = client.info()
     except Exception as exc:  # noqa: BLE001 - any failure to reach the engine is "unavailable"
         raise RunError("unavailable", EXIT_UNAVAILABLE,
                        f"the runner's engine at {cfg.socket} does not answer ({exc.__class__.__name__}); "
@@ -329,7 +330,10 @@ def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, r
                        "(role runner_image)") from None
     grant_workspace(project, host_uid_of(cfg, int(((img.attrs.get("Config") or {}).get("User") or "0")
                                                   .split(":")[0] or 0)), cfg.runner_uid, log)
-    kw = _container_args(wf, cfg, img.attrs, project, run_id, engine_limits(info), res)
+    # The engine's cgroup support matters only when the workflow asks for limits.
+    wants_limits = any(v is not None for v in (wf.limits.memory, wf.limits.cpus, wf.limits.pids))
+    enforce = engine_limits(client.info()) if wants_limits else {"memory": False, "pids": False, "cpus": False}
+    kw = _container_args(wf, cfg, img.attrs, project, run_id, enforce, res)
     for w in res.warnings:
         log.note(f"warning: {w}")
     container = client.containers.create(pin["id"], **kw)
@@ -348,7 +352,6 @@ def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, r
         pump = threading.Thread(target=follow, daemon=True)
         pump.start()
         deadline = time.monotonic() + wf.timeout
-        waiter = docker.APIClient(base_url=f"unix://{cfg.socket}", timeout=2)
         while True:
             sig = interrupted()
             if sig:
@@ -360,7 +363,7 @@ def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, r
                 raise RunError("timeout", EXIT_TIMEOUT,
                                f"the workload ran past its timeout of {wf.timeout} s and was killed")
             try:
-                st = waiter.wait(container.id, timeout=min(2, max(0.1, deadline - time.monotonic())))
+                st = client.api.wait(container.id, timeout=min(2, max(0.1, deadline - time.monotonic())))
                 break
             except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
                 continue
@@ -463,8 +466,8 @@ def run_jail(wf: Workflow, project: Path, res: Result, log: Log, interrupted: Ca
 # --- the command --------------------------------------------------------------------
 
 
-def isolation_of(mode: str, cfg: EngineConfig | None) -> str:
-    return "jail" if mode == "jail" else (cfg.mode if cfg else "unknown")
+def isolation_of(mode: str, cfg: EngineConfig) -> str:
+    return "jail" if mode == "jail" else cfg.mode
 
 
 def execute(name: str, project: Path, json_path: Path | None = None, wait: float = 0.0,

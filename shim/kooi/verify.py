@@ -17,7 +17,7 @@ from .checks import CHECKS, Context, run_all
 from .checks.core import FAIL, NA, PASS
 
 
-def probe_image_for(host, ctx: Context, requested: str | None) -> str:
+def probe_image_for(host, requested: str | None) -> str:
     """The image the ESC-* probes run: the one asked for, else the pinned runner image
     (run as container root), else the busybox probe the test suite builds."""
     if requested:
@@ -35,7 +35,7 @@ def run(spec: str = "local://", probe_image: str | None = None, ids: list[str] |
 
     host = testinfra.get_host(spec)
     ctx = Context.from_host(host)
-    ctx.probe_image = probe_image_for(host, ctx, probe_image)
+    ctx.probe_image = probe_image_for(host, probe_image)
     results = run_all(host, ctx, ids)
     summary = {s: sum(1 for r in results if r.status == s) for s in (PASS, FAIL, NA)}
     return {
