@@ -207,6 +207,47 @@ def _authz(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _broker(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from . import broker
+    from .policy import Policy
+
+    for name, value in (("--workspace", args.workspace), ("--socket", args.socket)):
+        if not os.path.isabs(value):
+            print(f"kooi broker: {name} must be an absolute path", file=sys.stderr)
+            return EXIT_USAGE
+    upstream = args.upstream
+    if not upstream:
+        try:
+            upstream = hostconfig.load(Path(args.config)).socket
+        except hostconfig.ConfigError as exc:
+            print(f"kooi broker: {exc}; or pass --upstream", file=sys.stderr)
+            return EXIT_USAGE
+    labels = {"org.kooi.managed": "1", "org.kooi.run": args.run_id, "org.kooi.nested": "1"}
+    scope = broker.RunScope(args.run_id, labels, network=args.network,
+                            path_map={"/workspace": args.workspace} if args.map_workspace else {})
+    b = broker.Broker(args.socket, upstream, Policy(workspace=args.workspace), scope,
+                      log=lambda m: print(f"kooi broker: {m}", file=sys.stderr, flush=True))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        b.start(mode=int(args.mode, 8))
+    except OSError as exc:
+        print(f"kooi broker: cannot serve on {args.socket}: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    print(f"kooi broker: serving {args.socket} -> {upstream} (run {args.run_id}, workspace {args.workspace})",
+          file=sys.stderr, flush=True)
+    stop.wait()
+    b.stop()
+    if args.cleanup:
+        removed = broker.cleanup(upstream, args.run_id)
+        print(json.dumps({"broker": b.summary(), "cleanup": removed}), flush=True)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kooi", description=__doc__)
     p.add_argument("--version", action="version", version=f"kooi {__version__}")
@@ -279,6 +320,24 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--workspace-root", default=None,
                    help="bind mounts must resolve below this directory (default: no bind mounts)")
     a.set_defaults(func=_authz)
+
+    b = sub.add_parser("broker", help="serve a policed engine socket for one run (kooi run does this itself)",
+                       description="Serve the request policy, labels and ownership rules of one run on a unix "
+                       "socket in front of the runner's engine until SIGTERM. `kooi run` starts one per "
+                       "testcontainers workflow; this command is for debugging and tests.")
+    b.add_argument("action", choices=("serve",))
+    b.add_argument("--socket", required=True, help="the socket to serve (created 0660 unless --mode)")
+    b.add_argument("--workspace", required=True, help="bind mounts must resolve below this directory")
+    b.add_argument("--run-id", required=True, help="label value for everything created through the broker")
+    b.add_argument("--upstream", help="the engine's socket (default: the runner's, from --config)")
+    b.add_argument("--network", help="network for containers that name none (default: the engine's)")
+    b.add_argument("--map-workspace", action="store_true",
+                   help="translate bind sources under /workspace to --workspace (as in a run)")
+    b.add_argument("--mode", default="660", help="socket permissions, octal (default: %(default)s)")
+    b.add_argument("--cleanup", action="store_true",
+                   help="on exit, remove everything labelled with the run id and print a JSON summary")
+    b.add_argument("--config", default=str(hostconfig.DEFAULT_PATH), help=argparse.SUPPRESS)
+    b.set_defaults(func=_broker)
     return p
 
 

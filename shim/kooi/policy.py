@@ -15,8 +15,10 @@ call it. Every refusal names its reason. What it refuses:
 - requests that must carry a JSON body but arrive without one (oversized, empty or
   chunked bodies reach an authorization plugin empty: CVE-2024-41110, CVE-2026-34040),
   bodies over the limit, bodies that are not a JSON object, percent-encoded paths.
-Docker decodes JSON field names case-insensitively and keeps the last duplicate, so the
-policy reads bodies the same way.
+Docker decodes JSON field names case-insensitively; a duplicate field replaces scalars
+and lists but *merges* objects (`{"HostConfig": {"Privileged": true}, "HostConfig": {}}`
+creates a privileged container), so bodies with duplicate keys, compared
+case-insensitively, are refused outright.
 """
 
 from __future__ import annotations
@@ -52,9 +54,11 @@ def deny(reason: str) -> Decision:
 
 @dataclass(frozen=True)
 class Policy:
-    """The run's limits: bind sources must resolve below `workspace` (None: no binds)."""
+    """The run's limits: bind sources must resolve below `workspace` (None: no binds);
+    `engine_socket` is the one socket that may be mounted (a broker's own)."""
 
     workspace: str | None = None
+    engine_socket: str | None = None
     max_body: int = MAX_BODY
     resolve: Callable[[str], str] = field(default=os.path.realpath, compare=False)
     is_socket: Callable[[str], bool] = field(default=None, compare=False)  # type: ignore[assignment]
@@ -68,13 +72,19 @@ class Policy:
             return False
 
 
+class DuplicateKey(ValueError):
+    pass
+
+
 class CIDict:
     """A JSON object read the way Go's encoding/json fills a struct: keys match
-    case-insensitively and the last duplicate wins."""
+    case-insensitively. Duplicates raise DuplicateKey (Go would merge them)."""
 
     def __init__(self, pairs: list[tuple[str, Any]]):
         self._d: dict[str, Any] = {}
         for k, v in pairs:
+            if k.lower() in self._d:
+                raise DuplicateKey(k)
             self._d[k.lower()] = v
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -87,12 +97,15 @@ class CIDict:
         return self._d.keys()
 
 
-def _parse(body: bytes) -> CIDict | None:
+def _parse(body: bytes) -> CIDict | str:
+    """The body as a CIDict, or why it cannot be read."""
     try:
         doc = json.loads(body, object_pairs_hook=CIDict)
+    except DuplicateKey as exc:
+        return f"duplicate key {str(exc)!r} (compared case-insensitively; Docker would merge them)"
     except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    return doc if isinstance(doc, CIDict) else None
+        return "body is not a JSON object"
+    return doc if isinstance(doc, CIDict) else "body is not a JSON object"
 
 
 def normalize(uri: str) -> tuple[str, str | None]:
@@ -116,6 +129,8 @@ def _truthy(v: Any) -> bool:
 def _check_bind_source(src: str, policy: Policy, what: str) -> Decision | None:
     if not src.startswith("/"):
         return None  # a named volume
+    if policy.engine_socket and src == policy.engine_socket:
+        return None  # the broker's own socket: it applies this same policy
     if SOCKET_NAMES.search(src.rstrip("/")) or policy.socket(src):
         return deny(f"{what}: socket mount {src} refused (no engine or other socket may enter a container)")
     if policy.workspace is None:
@@ -191,15 +206,16 @@ def _check_host_config(hc: CIDict, policy: Policy) -> Decision:
     return ALLOW
 
 
-def _body(body: bytes | None, policy: Policy, what: str) -> tuple[CIDict | None, Decision | None]:
+def check_body(body: bytes | None, policy: Policy, what: str) -> tuple[CIDict | None, Decision | None]:
+    """Read a body that must be a JSON object: (document, None) or (None, refusal)."""
     if not body:
         return None, deny(f"{what}: the request arrived without a body (oversized, empty or chunked "
                           "bodies reach the policy empty), refused")
     if len(body) > policy.max_body:
         return None, deny(f"{what}: body of {len(body)} bytes exceeds {policy.max_body}, refused")
     doc = _parse(body)
-    if doc is None:
-        return None, deny(f"{what}: body is not a JSON object, refused")
+    if isinstance(doc, str):
+        return None, deny(f"{what}: {doc}, refused")
     return doc, None
 
 
@@ -241,7 +257,7 @@ def _decide(method: str, uri: str, body: bytes | None, policy: Policy) -> Decisi
     if method in ("GET", "HEAD"):
         return ALLOW
     if method == "POST" and CONTAINER_CREATE.match(path):
-        doc, d = _body(body, policy, "container create")
+        doc, d = check_body(body, policy, "container create")
         if d is not None:
             return d
         assert doc is not None
@@ -252,7 +268,7 @@ def _decide(method: str, uri: str, body: bytes | None, policy: Policy) -> Decisi
             return deny("container create: HostConfig must be an object")
         return _check_host_config(hc, policy)
     if method == "POST" and EXEC_CREATE.match(path):
-        doc, d = _body(body, policy, "exec create")
+        doc, d = check_body(body, policy, "exec create")
         if d is not None:
             return d
         assert doc is not None
@@ -263,7 +279,7 @@ def _decide(method: str, uri: str, body: bytes | None, policy: Policy) -> Decisi
             return deny(f"exec as {user} is refused")
         return ALLOW
     if method == "POST" and VOLUME_CREATE.match(path):
-        doc, d = _body(body, policy, "volume create")
+        doc, d = check_body(body, policy, "volume create")
         if d is not None:
             return d
         assert doc is not None
@@ -274,7 +290,7 @@ def _decide(method: str, uri: str, body: bytes | None, policy: Policy) -> Decisi
             return deny("volume driver options are refused (o=bind,device=... reaches host paths)")
         return ALLOW
     if method == "POST" and CONTAINER_UPDATE.match(path):
-        doc, d = _body(body, policy, "container update")
+        doc, d = check_body(body, policy, "container update")
         if d is not None:
             return d
         assert doc is not None

@@ -43,6 +43,7 @@ EXIT_ERROR = 70         # kooi itself failed
 RUN_DIR = Path(os.environ.get("KOOI_RUN_DIR", "/var/lib/kooi/runs"))
 LABEL = "org.kooi"
 WORKSPACE = "/workspace"
+ENGINE_SOCKET = "/run/kooi/docker.sock"  # where a testcontainers workload finds the broker
 
 
 class RunError(Exception):
@@ -71,6 +72,8 @@ class Result:
     log: str = ""
     limits: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    broker: dict | None = None
+    cleanup: dict | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -261,6 +264,21 @@ class Interrupted(Exception):
         self.signum = signum
 
 
+def run_labels(wf: Workflow, project: Path, run_id: str) -> dict[str, str]:
+    return {f"{LABEL}.managed": "1", f"{LABEL}.run": run_id, f"{LABEL}.workflow": wf.name,
+            f"{LABEL}.project": str(project)}
+
+
+def testcontainers_env(gateway: str) -> dict[str, str]:
+    """What Java, Python and Node Testcontainers need to use the broker: the socket
+    (also for a Ryuk mount, which the broker answers with itself), no Ryuk (the run
+    cleans up by label), and the address where published ports are reached."""
+    return {"TESTCONTAINERS_DOCKER_SOCKET_OVERRIDE": ENGINE_SOCKET, "TESTCONTAINERS_RYUK_DISABLED": "true",
+            "TESTCONTAINERS_HOST_OVERRIDE": gateway, "TC_HOST": gateway,
+            # Java's start-up checks run an image from a registry (none is reachable).
+            "TESTCONTAINERS_CHECKS_DISABLE": "true"}
+
+
 def _container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict, project: Path, run_id: str,
                     enforce: dict[str, bool], res: Result) -> dict:
     import docker.types
@@ -281,8 +299,7 @@ def _container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict, project: P
     kw: dict = dict(
         command=list(wf.command), user=user, working_dir=str(Path(WORKSPACE) / wf.workdir),
         environment=dict(wf.environment), name=f"kooi-{run_id}", hostname=wf.name[:63],
-        labels={f"{LABEL}.managed": "1", f"{LABEL}.run": run_id, f"{LABEL}.workflow": wf.name,
-                f"{LABEL}.project": str(project)},
+        labels=run_labels(wf, project, run_id),
         network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges:true"],
         read_only=True, tmpfs=tmpfs, init=True, ipc_mode="private",
         mounts=[docker.types.Mount(WORKSPACE, str(project), type="bind", read_only=False)],
@@ -304,9 +321,8 @@ def _container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict, project: P
 
 
 def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, res: Result, log: Log,
-                  interrupted: Callable[[], int | None]) -> int:
+                  interrupted: Callable[[], int | None], run_dir: Path = RUN_DIR) -> int:
     import docker
-    import requests
 
     try:
         client = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=30)
@@ -336,47 +352,143 @@ def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, r
     kw = _container_args(wf, cfg, img.attrs, project, run_id, enforce, res)
     for w in res.warnings:
         log.note(f"warning: {w}")
-    container = client.containers.create(pin["id"], **kw)
-    pump: threading.Thread | None = None
+    access = BrokeredEngine(client, cfg, wf, project, run_id, run_dir, log) if wf.testcontainers else None
+    container = None
     try:
-        container.start()
-        log.note(f"started {container.name} ({pin['id'][:19]}) on the {cfg.mode} engine")
-
-        def follow() -> None:
-            try:
-                for chunk in container.logs(stream=True, follow=True):
-                    log.write(chunk.decode("utf-8", "replace"))
-            except Exception:  # noqa: BLE001 - the container went away; the wait says why
-                pass
-
-        pump = threading.Thread(target=follow, daemon=True)
-        pump.start()
-        deadline = time.monotonic() + wf.timeout
-        while True:
-            sig = interrupted()
-            if sig:
-                container.kill()
-                raise Interrupted(sig)
-            if time.monotonic() >= deadline:
-                container.kill()
-                container.wait(timeout=30)
-                raise RunError("timeout", EXIT_TIMEOUT,
-                               f"the workload ran past its timeout of {wf.timeout} s and was killed")
-            try:
-                st = client.api.wait(container.id, timeout=min(2, max(0.1, deadline - time.monotonic())))
-                break
-            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-                continue
-        pump.join(timeout=10)
-        container.reload()
-        if container.attrs.get("State", {}).get("OOMKilled"):
-            res.warnings.append("the workload was killed for exceeding its memory limit")
-        return int(st.get("StatusCode", EXIT_ERROR))
+        if access:
+            access.open(kw)
+        container = client.containers.create(pin["id"], **kw)
+        if access:
+            access.protect(container.id)
+        return _supervise(client, container, wf, cfg, pin, res, log, interrupted)
     finally:
+        if container is not None:
+            try:
+                container.remove(force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+        if access:
+            access.close(res)
+
+
+def _supervise(client, container, wf: Workflow, cfg: EngineConfig, pin: dict, res: Result, log: Log,
+               interrupted: Callable[[], int | None]) -> int:
+    import requests
+
+    container.start()
+    log.note(f"started {container.name} ({pin['id'][:19]}) on the {cfg.mode} engine")
+
+    def follow() -> None:
         try:
-            container.remove(force=True, v=True)
-        except docker.errors.NotFound:
+            for chunk in container.logs(stream=True, follow=True):
+                log.write(chunk.decode("utf-8", "replace"))
+        except Exception:  # noqa: BLE001 - the container went away; the wait says why
             pass
+
+    pump = threading.Thread(target=follow, daemon=True)
+    pump.start()
+    deadline = time.monotonic() + wf.timeout
+    while True:
+        sig = interrupted()
+        if sig:
+            container.kill()
+            raise Interrupted(sig)
+        if time.monotonic() >= deadline:
+            container.kill()
+            container.wait(timeout=30)
+            raise RunError("timeout", EXIT_TIMEOUT,
+                           f"the workload ran past its timeout of {wf.timeout} s and was killed")
+        try:
+            st = client.api.wait(container.id, timeout=min(2, max(0.1, deadline - time.monotonic())))
+            break
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            continue
+    pump.join(timeout=10)
+    container.reload()
+    if container.attrs.get("State", {}).get("OOMKilled"):
+        res.warnings.append("the workload was killed for exceeding its memory limit")
+    return int(st.get("StatusCode", EXIT_ERROR))
+
+
+class BrokeredEngine:
+    """`testcontainers: true`: a network of the run's own, a kooi broker on a socket
+    that is mounted as the workload's only engine socket, and cleanup of everything
+    the run created (by label) when it ends."""
+
+    def __init__(self, client, cfg: EngineConfig, wf: Workflow, project: Path, run_id: str, run_dir: Path,
+                 log: Log):
+        self.client, self.cfg, self.wf, self.project, self.run_id = client, cfg, wf, project, run_id
+        self.run_dir, self.log = run_dir, log
+        self.broker = None
+        self.network = None
+
+    def open(self, kw: dict) -> None:
+        import docker.types
+
+        from . import broker
+        from .policy import Policy
+
+        labels = run_labels(self.wf, self.project, self.run_id)
+        self.network = self.client.networks.create(f"kooi-{self.run_id}", driver="bridge", labels=labels)
+        self.network.reload()
+        gateway = next((c.get("Gateway") for c in (self.network.attrs.get("IPAM") or {}).get("Config") or []
+                        if c.get("Gateway")), None)
+        if not gateway:
+            raise RunError("unavailable", EXIT_UNAVAILABLE,
+                           f"the run network {self.network.name} has no gateway address")
+        sock_dir = self.run_dir / "brokers"
+        sock_dir.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(sock_dir, 0o700)
+        path = sock_dir / f"{secrets.token_hex(8)}.sock"
+        if len(str(path)) > 100:
+            raise RunError("error", EXIT_ERROR, f"the broker socket path {path} is too long for a unix socket; "
+                           "use a shorter KOOI_RUN_DIR")
+        scope = broker.RunScope(self.run_id, {**labels, f"{LABEL}.nested": "1"}, network=self.network.name,
+                                socket_aliases=(ENGINE_SOCKET,), path_map={WORKSPACE: str(self.project)})
+        self.broker = broker.Broker(str(path), self.cfg.socket, Policy(workspace=str(self.project)), scope,
+                                    log=self.log.note)
+        self.broker.start(mode=0o666)
+        host = gateway
+        if self.cfg.mode == "rootless":
+            # The rootless engine publishes ports on 127.0.0.1 of its own network
+            # namespace (rootlesskit's child, not the host's): the workload joins that
+            # namespace, where the published ports of what it starts are reachable.
+            kw["network_mode"] = "host"
+            host = "127.0.0.1"
+        else:
+            kw["network_mode"] = self.network.name
+        kw["mounts"] = list(kw["mounts"]) + [docker.types.Mount(ENGINE_SOCKET, str(path), type="bind")]
+        kw["environment"] = {**testcontainers_env(host), **kw["environment"],
+                             "DOCKER_HOST": f"unix://{ENGINE_SOCKET}"}
+        self.log.note(f"testcontainers: broker at {ENGINE_SOCKET}, network {self.network.name} "
+                      f"(published ports at {host})")
+
+    def protect(self, container_id: str) -> None:
+        """The workload's own container stays out of the broker's reach (no update of
+        its limits, no exec, no commit)."""
+        if self.broker:
+            self.broker.scope.protected.add(container_id)
+
+    def close(self, res: Result) -> None:
+        from . import broker
+
+        if self.broker:
+            self.broker.stop()
+            res.broker = self.broker.summary()
+        if self.network is None:
+            return
+        try:
+            res.cleanup = broker.cleanup(self.cfg.socket, self.run_id)
+        except OSError as exc:
+            res.cleanup = {"failed": [f"cleanup: {exc}"]}
+        if res.cleanup.get("failed"):
+            msg = (f"could not remove what the run created: {', '.join(res.cleanup['failed'])}; "
+                   "`kooi gc` retries")
+            res.warnings.append(msg)
+            self.log.note(f"warning: {msg}")
+        else:
+            n = sum(len(v) for k, v in res.cleanup.items() if k != "failed")
+            self.log.note(f"testcontainers: removed {n} object(s) the run created")
 
 
 # --- jail mode ----------------------------------------------------------------------
@@ -507,7 +619,10 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             # Import before dropping privileges: the interpreter may live where the
             # runner cannot read (a root-only venv or pyenv); the host's copy does not.
             import docker  # noqa: F401
+            import docker.types  # noqa: F401
             import requests  # noqa: F401
+
+            from . import broker, policy  # noqa: F401
         drop_to_runner(cfg)
         project = check_project(project, cfg)
         res.project = str(project)
@@ -524,7 +639,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             return got_signal[0] if got_signal else None
 
         if wf.mode == "container":
-            res.exit_code = run_container(wf, cfg, project, run_id, res, log, interrupted)
+            res.exit_code = run_container(wf, cfg, project, run_id, res, log, interrupted, run_dir)
         else:
             res.exit_code = run_jail(wf, project, res, log, interrupted)
         res.reason = "ok" if res.exit_code == 0 else "failed"
@@ -581,8 +696,8 @@ def gc(run_dir: Path | None = None, engine_config: Path | None = None, dry_run: 
         wf_name = c.labels.get(f"{LABEL}.workflow", "")
         proj = c.labels.get(f"{LABEL}.project", "")
         key = hashlib.sha256(proj.encode()).hexdigest()[:16]
-        if f"{wf_name}-{key}.lock" in live_runs and c.status == "running":
-            continue
+        if f"{wf_name}-{key}.lock" in live_runs and (c.status == "running" or c.labels.get(f"{LABEL}.nested")):
+            continue  # a live run's workload, or what it started through its broker
         removed.append(f"container {c.name}")
         if not dry_run:
             c.remove(force=True, v=True)
@@ -590,6 +705,19 @@ def gc(run_dir: Path | None = None, engine_config: Path | None = None, dry_run: 
         removed.append(f"container {c.name}")
         if not dry_run:
             c.remove(force=True, v=True)
+    # Networks and volumes of testcontainers runs that ended without cleaning up.
+    for coll, kind in ((client.networks, "network"), (client.volumes, "volume")):
+        for obj in coll.list(filters={"label": f"{LABEL}.managed=1"}):
+            labels = obj.attrs.get("Labels") or {}
+            key = hashlib.sha256(labels.get(f"{LABEL}.project", "").encode()).hexdigest()[:16]
+            if f"{labels.get(f'{LABEL}.workflow', '')}-{key}.lock" in live_runs:
+                continue
+            removed.append(f"{kind} {obj.name}")
+            if not dry_run:
+                try:
+                    obj.remove()
+                except docker.errors.APIError as exc:
+                    removed[-1] += f" (not removed: {exc.explanation})"
     cutoff = time.time() - keep_days * 86400
     for sub in ("logs", "results"):
         d = run_dir / sub

@@ -49,6 +49,7 @@ class Workflow:
     limits: Limits = Limits()
     tmpfs_size: str = "1g"
     network: str = "none"
+    testcontainers: bool = False
     min_isolation: str | None = None
     description: str = ""
 
@@ -165,6 +166,8 @@ def validate(data: Any, source: str) -> list[str]:
     if not msgs and isinstance(data, dict):
         if data.get("mode") == "jail" and "image" in data:
             msgs.append(f"{source}: key 'image': only container mode runs an image; remove it for mode jail")
+        if data.get("mode") == "jail" and data.get("testcontainers"):
+            msgs.append(f"{source}: key 'testcontainers': a jail gets no container engine; use mode container")
         wd = data.get("workdir", ".")
         if ".." in Path(wd).parts:
             msgs.append(f"{source}: key 'workdir': {wd!r} leaves the project ('..' is not allowed)")
@@ -224,6 +227,7 @@ def parse(path: Path, name: str | None = None) -> Workflow:
         environment=dict(data.get("environment") or {}), timeout=int(data.get("timeout", 3600)),
         limits=Limits(lim.get("memory"), lim.get("cpus"), lim.get("pids")),
         tmpfs_size=data.get("tmpfs_size", "1g"), network=data.get("network", "none"),
+        testcontainers=bool(data.get("testcontainers", False)),
         min_isolation=data.get("min_isolation"), description=data.get("description", ""))
 
 

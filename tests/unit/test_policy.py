@@ -74,6 +74,9 @@ REFUSED = [
     ("/containers/create", create({"Privileged": True}), "privileged"),
     ("/containers/create", create({"privileged": True}), "privileged"),
     ("/containers/create", b'{"HostConfig": {"Privileged": false, "PRIVILEGED": true}}', "privileged"),
+    # Go merges duplicate objects: the first HostConfig's Privileged would survive.
+    ("/containers/create", b'{"HostConfig": {"Privileged": true}, "hostConfig": {}}', "duplicate key"),
+    ("/containers/create", b'{"HostConfig": {"Binds": ["/:/h"]}, "HostConfig": {"Memory": 1}}', "duplicate key"),
     ("/containers/create", create({"CapAdd": ["SYS_ADMIN"]}), "capabilities"),
     ("/containers/create", create({"Binds": ["/:/host"]}), "outside the workspace"),
     ("/containers/create", create({"Binds": ["/etc:/etc"]}), "outside the workspace"),
@@ -236,3 +239,14 @@ def test_privilege_is_never_allowed_whatever_the_shape(doc):
         low = {k.lower(): v for k, v in hc.items()}
         if low.get("privileged") is True or low.get("capadd"):
             assert not d.allow, (doc, d.reason)
+
+
+def test_only_the_named_engine_socket_may_be_mounted():
+    brokered = Policy(workspace=WS, engine_socket="/var/lib/kooi/runs/brokers/r.sock",
+                      resolve=POLICY.resolve, is_socket=POLICY.is_socket)
+    ok = decide("POST", "/containers/create",
+                create({"Binds": ["/var/lib/kooi/runs/brokers/r.sock:/var/run/docker.sock"]}), brokered)
+    assert ok.allow, ok.reason
+    for other in ("/var/run/docker.sock", "/var/lib/kooi/runs/brokers/other.sock"):
+        d = decide("POST", "/containers/create", create({"Binds": [f"{other}:/var/run/docker.sock"]}), brokered)
+        assert not d.allow and "socket" in d.reason

@@ -49,6 +49,8 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     ("command: [x]\nworkdir: ../..\n", "key 'workdir'"),
     ("command: [x]\nworkdir: sub/../../x\n", "leaves the project"),
     ("command: [x]\nmode: jail\nimage: runner\n", "only container mode runs an image"),
+    ("command: [x]\nmode: jail\ntestcontainers: true\n", "a jail gets no container engine"),
+    ("command: [x]\ntestcontainers: 'yes'\n", "key 'testcontainers': 'yes' is not of type 'boolean'"),
     ("command: [x]\nname: other\n", "differs from the file name"),
     ("- command\n", "a workflow is a YAML mapping"),
     ("command: [x\n", "not valid YAML"),
@@ -63,8 +65,9 @@ def test_invalid_workflows_name_file_and_key(tmp_path, text, expected):
 
 def test_defaults(tmp_path):
     wf = workflow.parse(write(tmp_path, "flow", "command: [make]\n"))
-    assert (wf.name, wf.mode, wf.image, wf.workdir, wf.timeout, wf.network) == \
-        ("flow", "container", "runner", ".", 3600, "none")
+    assert (wf.name, wf.mode, wf.image, wf.workdir, wf.timeout, wf.network, wf.testcontainers) == \
+        ("flow", "container", "runner", ".", 3600, "none", False)
+    assert workflow.parse(write(tmp_path, "tc", "command: [mvn]\ntestcontainers: true\n")).testcontainers
 
 
 scalar = st.one_of(st.none(), st.booleans(), st.integers(-5, 100000), st.floats(-1, 4096, allow_nan=False),
@@ -74,7 +77,7 @@ values = st.recursive(scalar, lambda kids: st.one_of(
     st.lists(kids, max_size=3),
     st.dictionaries(st.sampled_from(["memory", "cpus", "pids", "A", "1A", "x"]), kids, max_size=3)), max_leaves=6)
 keys = st.sampled_from(["name", "description", "mode", "image", "command", "workdir", "environment", "timeout",
-                        "limits", "tmpfs_size", "network", "min_isolation", "bogus"])
+                        "limits", "tmpfs_size", "network", "min_isolation", "testcontainers", "bogus"])
 
 
 @settings(max_examples=400, deadline=None)

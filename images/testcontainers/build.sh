@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Build the images Testcontainers tests use on the runner's rootless engine, from the
+# locally bootstrapped Debian base that site.yml loaded there (no registry needed).
+# Usage (as root, after site.yml): images/testcontainers/build.sh [NAME...]
+#   default: postgres  ->  kooi-postgres:17
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+engine=/etc/kooi/engine.json
+[ -r "$engine" ] || { echo "build.sh: $engine is missing; provision the host with site.yml first" >&2; exit 2; }
+read -r runner socket < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["runner_user"], d["socket"])' "$engine")
+as_runner() { runuser -u "$runner" -- env DOCKER_HOST="unix://$socket" "$@"; }
+as_runner docker image inspect kooi-base:trixie >/dev/null 2>&1 \
+  || { echo "build.sh: the runner's engine has no kooi-base:trixie; run site.yml (role runner_image)" >&2; exit 2; }
+for name in "${@:-postgres}"; do
+  case $name in
+    postgres) tag=kooi-postgres:17 ;;
+    *) echo "build.sh: unknown image $name (known: postgres)" >&2; exit 2 ;;
+  esac
+  # The context goes over stdin: the runner need not read the checkout.
+  tar -C "$here/$name" -c . | as_runner docker build -q -f Containerfile -t "$tag" - >/dev/null
+  echo "$tag"
+done

@@ -1,0 +1,209 @@
+"""`kooi broker` in front of the runner's real rootless engine (the command site.yml
+installed, run as the runner user): the request policy's refusals reach the client with
+their reasons, the run's objects are labelled, other objects are out of reach, Ryuk's
+socket mount is answered with the broker, hijacked streams work, and the run's objects
+are removed when the broker ends."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import KOOI
+
+RUN_ID = "e2e-broker-1"
+BASE = Path("/var/tmp/kooi-broker-e2e")
+SOCK = BASE / "b.sock"
+WS = BASE / "ws"
+PROBE = "kooi-probe:latest"
+
+
+def engine_docker(cfg: dict, *args: str, **kw) -> subprocess.CompletedProcess:
+    """The engine itself, as its owner (what the workload never gets)."""
+    return subprocess.run(["runuser", "-u", cfg["runner_user"], "--", "env", f"DOCKER_HOST=unix://{cfg['socket']}",
+                           "docker", *args], capture_output=True, text=True, timeout=120, **kw)
+
+
+def docker(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    """A client of the broker socket."""
+    return subprocess.run(["docker", "-H", f"unix://{SOCK}", *args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+@pytest.fixture(scope="module")
+def broker(engine):
+    cfg = engine
+    shutil.rmtree(BASE, ignore_errors=True)
+    WS.mkdir(parents=True)
+    (WS / "data").mkdir()
+    (WS / "etc-link").symlink_to("/etc")
+    subprocess.run(["chown", "-R", f"{cfg['runner_user']}:{cfg['runner_user']}", str(BASE)], check=True)
+    log = open(BASE.parent / "kooi-broker-e2e.log", "w")
+    # setpriv execs (runuser would SIGKILL the broker 2 s after forwarding SIGTERM).
+    proc = subprocess.Popen(["setpriv", "--reuid", cfg["runner_user"], "--regid", cfg["runner_user"],
+                             "--init-groups", KOOI, "broker", "serve",
+                             "--socket", str(SOCK), "--workspace", str(WS), "--run-id", RUN_ID, "--cleanup",
+                             "--map-workspace"], stdout=subprocess.PIPE, stderr=log, text=True)
+    for _ in range(100):
+        if SOCK.exists():
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("kooi broker did not create its socket: " + Path(log.name).read_text()[-2000:])
+    # An object of someone else (created on the engine directly, not through the broker).
+    engine_docker(cfg, "rm", "-f", "kooi-broker-e2e-other")
+    other = engine_docker(cfg, "run", "-d", "--name", "kooi-broker-e2e-other", "--network", "none", PROBE,
+                          "sleep", "300")
+    assert other.returncode == 0, other.stderr
+    state = {"cfg": cfg, "proc": proc, "log": log.name}
+    try:
+        yield state
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+        engine_docker(cfg, "rm", "-f", "kooi-broker-e2e-other")
+        shutil.rmtree(BASE, ignore_errors=True)
+
+
+def raw(method: str, path: str, body: bytes | None = None, content_length: int | None = None) -> tuple[int, str]:
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(SOCK))
+    conn = http.client.HTTPConnection("localhost", timeout=60)
+    conn.sock = s
+    conn.putrequest(method, path)
+    conn.putheader("Content-Type", "application/json")
+    if body is not None or content_length is not None:
+        conn.putheader("Content-Length", str(len(body or b"") if content_length is None else content_length))
+    conn.endheaders()
+    if body and content_length != 0:
+        try:
+            conn.send(body)
+        except BrokenPipeError:
+            pass
+    resp = conn.getresponse()
+    text = resp.read().decode(errors="replace")
+    conn.close()
+    return resp.status, text
+
+
+def test_an_ordinary_run_works_and_is_labelled(broker):
+    res = docker("run", "--name", "kooi-broker-e2e-ok", "-v", "/workspace/data:/data", PROBE,
+                 "sh", "-c", "echo hello > /data/x; cat /data/x")
+    assert res.returncode == 0 and "hello" in res.stdout, res.stderr
+    assert (WS / "data" / "x").read_text().strip() == "hello"  # /workspace was mapped to the project
+    labels = json.loads(docker("inspect", "-f", "{{json .Config.Labels}}", "kooi-broker-e2e-ok").stdout)
+    assert labels["org.kooi.run"] == RUN_ID and labels["org.kooi.nested"] == "1"
+
+
+@pytest.mark.parametrize("args,reason", [
+    (["--privileged"], "privileged containers are refused"),
+    (["--cap-add", "SYS_ADMIN"], "added capabilities are refused"),
+    (["-v", "/:/host"], "outside the workspace"),
+    (["-v", "/workspace/etc-link:/x"], "resolves to /etc"),
+    (["-v", f"{WS}/etc-link:/x"], "resolves to /etc"),
+    (["-v", "/run/user/0/docker.sock:/d.sock"], "socket mount"),
+    (["--pid", "host"], "PidMode=host"),
+    (["--network", "host"], "NetworkMode=host"),
+    (["--userns", "host"], "UsernsMode=host"),
+    (["--device", "/dev/null"], "Devices are refused"),
+    (["--security-opt", "systempaths=unconfined"], "MaskedPaths refused"),
+    (["--security-opt", "seccomp=unconfined"], "SecurityOpt"),
+    (["--network", "container:kooi-broker-e2e-other"], "not created by this run"),
+])
+def test_the_broker_refuses_with_its_reason(broker, args, reason):
+    res = docker("run", "--rm", *args, PROBE, "true")
+    assert res.returncode != 0
+    assert "kooi broker" in res.stderr and reason in res.stderr, res.stderr
+
+
+def test_volume_with_bind_driver_options_is_refused(broker):
+    res = docker("volume", "create", "-o", "type=none", "-o", "o=bind", "-o", "device=/etc", "evil")
+    assert res.returncode != 0 and "volume driver options are refused" in res.stderr, res.stderr
+
+
+def test_plugin_prune_and_image_removal_are_refused(broker):
+    for args, reason in ((["plugin", "disable", "x"], "plugin management is refused"),
+                         (["builder", "prune", "-f"], "prune endpoint is refused"),
+                         (["image", "rm", PROBE], "removing images is refused"),
+                         (["build", "-q", "-"], "are refused")):
+        res = docker(*args, input="FROM scratch\n", env={**os.environ, "DOCKER_BUILDKIT": "0"})
+        assert res.returncode != 0 and reason in res.stderr, (args, res.stderr)
+
+
+def test_exec_as_root_is_refused_and_a_hijacked_exec_works(broker):
+    name = "kooi-broker-e2e-exec"
+    assert docker("run", "-d", "--name", name, "-u", "65534", PROBE, "sleep", "120").returncode == 0
+    res = docker("exec", "-u", "root", name, "id")
+    assert res.returncode != 0 and "exec as root is refused" in res.stderr, res.stderr
+    ok = docker("exec", "-i", name, "sh", "-c", "id -u; cat", input="through the broker\n")
+    assert ok.returncode == 0 and ok.stdout.split() == ["65534", "through", "the", "broker"], ok.stderr
+
+
+def test_other_objects_are_out_of_reach_and_unlisted(broker):
+    for args in (["inspect", "kooi-broker-e2e-other"], ["exec", "kooi-broker-e2e-other", "true"],
+                 ["stop", "kooi-broker-e2e-other"], ["logs", "kooi-broker-e2e-other"],
+                 ["rm", "-f", "kooi-broker-e2e-other"], ["cp", "kooi-broker-e2e-other:/etc/hostname", "-"]):
+        res = docker(*args)
+        assert res.returncode != 0 and "not created by this run" in res.stderr, (args, res.stderr)
+    listed = docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
+    assert "kooi-broker-e2e-other" not in listed and "kooi-broker-e2e-ok" in listed
+    assert engine_docker(broker["cfg"], "inspect", "kooi-broker-e2e-other").returncode == 0
+
+
+def test_an_engine_socket_mount_is_answered_with_the_broker(broker):
+    res = docker("create", "--name", "kooi-broker-e2e-ryuk", "-v", "/var/run/docker.sock:/var/run/docker.sock",
+                 PROBE, "true")
+    assert res.returncode == 0, res.stderr
+    binds = json.loads(engine_docker(broker["cfg"], "inspect", "-f", "{{json .HostConfig.Binds}}",
+                                     "kooi-broker-e2e-ryuk").stdout)
+    assert binds == [f"{SOCK}:/var/run/docker.sock"]
+
+
+def test_duplicate_keys_oversized_and_empty_bodies_are_refused(broker):
+    merge = b'{"Image":"kooi-probe:latest","HostConfig":{"Privileged":true},"hostconfig":{"Memory":0}}'
+    status, text = raw("POST", "/v1.41/containers/create", merge)
+    assert status == 403 and "duplicate key" in text, text
+    big = json.dumps({"Image": PROBE, "Labels": {"pad": "x" * 1_100_000}, "HostConfig": {"Privileged": True}})
+    status, text = raw("POST", "/v1.41/containers/create", big.encode())
+    assert status == 403 and "exceeds" in text, text
+    status, text = raw("POST", "/v1.41/containers/create", b'{"Image":"x"}', content_length=0)
+    assert status == 403 and "without a body" in text, text
+
+
+def test_networks_and_volumes_are_the_runs_own(broker):
+    assert docker("network", "create", "kooi-broker-e2e-net").returncode == 0
+    assert docker("volume", "create", "kooi-broker-e2e-vol").returncode == 0
+    res = docker("run", "--rm", "--network", "kooi-broker-e2e-net", "-v", "kooi-broker-e2e-vol:/v", PROBE,
+                 "sh", "-c", "echo ok > /v/x")
+    assert res.returncode == 0, res.stderr
+    res = docker("run", "--rm", "--network", "bridge", "-v", "auto-created-vol:/v", PROBE, "true")
+    assert res.returncode == 0, res.stderr
+    vols = json.loads(engine_docker(broker["cfg"], "volume", "inspect", "auto-created-vol").stdout)
+    assert vols[0]["Labels"]["org.kooi.run"] == RUN_ID  # created labelled, so cleanup finds it
+
+
+def test_stopping_the_broker_removes_everything_the_run_created(broker):
+    proc = broker["proc"]
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["broker"]["refused"] > 10 and summary["cleanup"]["failed"] == []
+    cfg = broker["cfg"]
+    for kind in ("ps -a", "network ls", "volume ls"):
+        left = engine_docker(cfg, *kind.split(), "-q", "--filter", f"label=org.kooi.run={RUN_ID}").stdout.split()
+        assert left == [], (kind, left)
+    assert engine_docker(cfg, "inspect", "kooi-broker-e2e-other").returncode == 0  # not the run's: kept
+    assert not SOCK.exists()
+    assert "broker refused" in Path(broker["log"]).read_text()
+    assert os.path.exists(broker["log"])

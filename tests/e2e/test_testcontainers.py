@@ -1,0 +1,127 @@
+"""`testcontainers: true` workflows on the runner's rootless engine: real Testcontainers
+(Java with PostgreSQL, Python with a Network of two containers) through the per-run
+kooi broker; a failing assertion fails the run; nothing the run started is left."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import REPO
+from .test_run import host, kooi_run, project, wfdir, write_wf  # noqa: F401 - fixtures
+
+TC_KEYS = ("TESTCONTAINERS_RYUK_DISABLED", "TESTCONTAINERS_HOST_OVERRIDE", "DOCKER_HOST")
+
+
+@pytest.fixture(scope="module")
+def postgres_image(engine):
+    res = subprocess.run([str(REPO / "images/testcontainers/build.sh"), "postgres"], capture_output=True, text=True,
+                         timeout=900)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout.split()[-1]
+
+
+@pytest.fixture
+def tc_wfdir(wfdir):
+    for name in ("maven-testcontainers", "testcontainers-python"):
+        shutil.copy(REPO / f"examples/workflows/{name}.yml", wfdir / f"{name}.yml")
+    return wfdir
+
+
+def run_objects(host, run_id: str) -> list[str]:
+    """Containers, networks and volumes on the engine that carry the run's label."""
+    out = []
+    for kind in ("ps -a", "network ls", "volume ls"):
+        res = subprocess.run(["runuser", "-u", host["runner_user"], "--", "env", f"DOCKER_HOST=unix://{host['socket']}",
+                              "docker", *kind.split(), "-q", "--filter", f"label=org.kooi.run={run_id}"],
+                             capture_output=True, text=True, check=True)
+        out += [f"{kind.split()[0]}:{x}" for x in res.stdout.split()]
+    return out
+
+
+def variant(wfdir: Path, base: str, name: str, **changes) -> None:
+    data = yaml.safe_load((wfdir / f"{base}.yml").read_text())
+    for k, v in changes.items():
+        if k == "environment":
+            data.setdefault("environment", {}).update(v)
+        else:
+            data[k] = v
+    write_wf(wfdir, name, data)
+
+
+def test_maven_testcontainers_passes_through_the_broker(host, tc_wfdir, project, postgres_image):
+    proj = project()
+    res, result = kooi_run("maven-testcontainers", proj, tc_wfdir, timeout=1500)
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr
+    assert "PostgresContainerTest" in res.stdout and "BUILD SUCCESS" in res.stdout
+    assert "Tests run: 8, Failures: 0, Errors: 0, Skipped: 0" in res.stdout, res.stdout[-3000:]
+    assert result["reason"] == "ok" and result["isolation"] == "rootless"
+    assert result["broker"]["allowed"] > 5 and result["broker"]["refused"] == 0, result["broker"]
+    assert result["cleanup"]["failed"] == [] and result["cleanup"]["networks"], result["cleanup"]
+    assert run_objects(host, result["run_id"]) == []
+
+
+def test_a_failing_testcontainers_assertion_fails_the_run_and_cleans_up(host, tc_wfdir, project, postgres_image):
+    variant(tc_wfdir, "maven-testcontainers", "maven-tc-wrong",
+            command=["mvn", "-B", "-o", "-Ptestcontainers", "-Dkooi.expected.sum=1", "-Dtest=PostgresContainerTest",
+                     "verify"])
+    proj = project()
+    res, result = kooi_run("maven-tc-wrong", proj, tc_wfdir, timeout=1500)
+    assert res.returncode == 1 and result["reason"] == "failed", res.stdout[-3000:]
+    assert "expected: <1> but was: <131172>" in res.stdout
+    assert run_objects(host, result["run_id"]) == []
+
+
+def test_python_testcontainers_network_of_two(host, tc_wfdir, project, postgres_image):
+    proj = project("testcontainers-python")
+    subprocess.run([str(proj / "vendor.sh"), str(proj)], check=True, capture_output=True, timeout=600)
+    subprocess.run(["chown", "-R", f"{host['runner_user']}:{host['runner_user']}", str(proj)], check=True)
+    res, result = kooi_run("testcontainers-python", proj, tc_wfdir, timeout=900)
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr
+    assert re.search(r"test_a_client_container_reaches_postgres_by_name .*\.\.\. ok", res.stdout), res.stdout
+    assert result["cleanup"]["failed"] == [] and run_objects(host, result["run_id"]) == []
+    # the same with a wrong expectation fails
+    variant(tc_wfdir, "testcontainers-python", "tc-python-wrong", environment={"KOOI_EXPECTED_SUM": "41"})
+    res, result = kooi_run("tc-python-wrong", proj, tc_wfdir, timeout=900)
+    assert res.returncode == 1 and result["reason"] == "failed", res.stdout[-3000:]
+    assert run_objects(host, result["run_id"]) == []
+
+
+def test_a_workload_cannot_escape_through_its_engine_socket(host, tc_wfdir, project, postgres_image):
+    """From inside a testcontainers run: the broker refuses a privileged container and a
+    host mount, and the workload's own container is out of reach."""
+    script = r"""
+import http.client, json, os, socket
+def call(method, path, body=None):
+    s = socket.socket(socket.AF_UNIX); s.connect("/run/kooi/docker.sock")
+    c = http.client.HTTPConnection("x"); c.sock = s
+    c.request(method, path, body=json.dumps(body) if body is not None else None,
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse(); return r.status, r.read().decode()
+print("PRIV", *call("POST", "/containers/create", {"Image": "kooi-postgres:17", "HostConfig": {"Privileged": True}}))
+print("HOST", *call("POST", "/containers/create", {"Image": "kooi-postgres:17", "HostConfig": {"Binds": ["/:/host"]}}))
+mine = json.loads(call("GET", "/containers/json")[1])
+print("LIST", len(mine))
+print("SELF", *call("POST", "/containers/" + mine[0]["Id"] + "/update", {"Memory": 0}))
+print("ENV", *[os.environ.get(k, "-") for k in %s])
+""" % (list(TC_KEYS),)
+    proj = project("python-example")
+    (proj / "probe.py").write_text(script)
+    shutil.chown(proj / "probe.py", host["runner_user"], host["runner_user"])
+    write_wf(tc_wfdir, "tc-probe", {"mode": "container", "testcontainers": True,
+                                    "command": ["python3", "probe.py"]})
+    res, result = kooi_run("tc-probe", proj, tc_wfdir)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = {line.split(" ", 1)[0]: line for line in res.stdout.splitlines() if line.split(" ", 1)[0] in
+           ("PRIV", "HOST", "LIST", "SELF", "ENV")}
+    assert out["PRIV"].startswith("PRIV 403") and "privileged containers are refused" in out["PRIV"], out
+    assert out["HOST"].startswith("HOST 403") and "outside the workspace" in out["HOST"], out
+    assert out["LIST"] == "LIST 1", out  # only its own container, nobody else's
+    assert out["SELF"].startswith("SELF 403") and "workload's own container" in out["SELF"], out
+    assert "unix:///run/kooi/docker.sock" in out["ENV"] and "true" in out["ENV"], out
+    assert result["broker"]["refused"] == 3, result["broker"]
