@@ -124,3 +124,28 @@ def test_setuid_file_in_the_pinned_image(host, ctx):
     host.run(ctx.as_runner(f"docker rmi -f {bad}"))
     assert "IMG-NOSUID" in failed, failed
     assert failed <= {"IMG-NOSUID", "IMG-DIGEST-PIN", "IMG-FILECAPS"}, failed
+
+
+def test_authorization_plugin_down_fails_closed_and_is_reported(host, ctx):
+    """With roles/authz: the plugin stopped makes POL-AUTHZ-PLUGIN fail, `kooi engine
+    status` name the cause at once, and dockerd refuse calls; started again, dockerd
+    (the same process) serves again. Elsewhere the POL-* checks are n/a."""
+    pol = {r.id: r.status for r in run_all(host, ctx, ["POL-AUTHZ-PLUGIN", "POL-AUTHZ-REFUSES"])}
+    if not ctx.engine.get("authz"):
+        assert set(pol.values()) == {"na"}, pol
+        return
+    assert set(pol.values()) == {"pass"}, pol
+    dockerd = host.run("pidof dockerd").stdout.strip()
+    assert host.run("systemctl stop kooi-authz.service").rc == 0
+    try:
+        assert {r.id for r in run_all(host, ctx, ["POL-AUTHZ-PLUGIN"]) if r.status == FAIL} == {"POL-AUTHZ-PLUGIN"}
+        st = host.run("timeout 20 /usr/local/bin/kooi engine status")
+        assert st.rc != 0 and "authorization plugin kooi-authz is down" in st.stdout + st.stderr, st.stdout
+        refused = host.run(ctx.as_runner("timeout 90 docker ps"))
+        assert refused.rc != 0, refused.stdout
+    finally:
+        host.run("systemctl start kooi-authz.service")
+    assert host.run("timeout 30 sh -c 'until /usr/local/bin/kooi authz health; do sleep 1; done'").rc == 0
+    back = host.run(ctx.as_runner("docker ps -q"))
+    assert back.rc == 0, back.stderr
+    assert host.run("pidof dockerd").stdout.strip() == dockerd

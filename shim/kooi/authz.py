@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import json
 import os
 import socketserver
@@ -26,14 +27,16 @@ from .policy import Policy, decide
 
 PLUGIN_NAME = "kooi-authz"
 SOCKET_DIR = Path("/run/docker/plugins")
+TOKEN_HEADER = "X-Kooi-Token"
 MAX_MESSAGE = 8 << 20  # the daemon's message wraps a body of at most 1 MiB, base64-encoded
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, path: str, policy: Policy, log):
+    def __init__(self, path: str, policy: Policy, log, token: str | None = None):
         self.policy = policy
+        self.token = token
         self.log = log
         self.decisions = 0
         self.lock = threading.Lock()
@@ -85,17 +88,70 @@ class _Handler(BaseHTTPRequestHandler):
             uri = str(req.get("RequestUri") or req.get("RequestURI") or "")
             body_b64 = req.get("RequestBody")
             body = base64.b64decode(body_b64, validate=True) if body_b64 else b""
+            headers = req.get("RequestHeaders") or {}
         except (ValueError, binascii.Error, AttributeError) as exc:
             return False, f"unreadable authorization request ({exc.__class__.__name__}), refused"
+        if self.server.token and isinstance(headers, dict):
+            sent = next((str(v) for k, v in headers.items() if str(k).lower() == TOKEN_HEADER.lower()), "")
+            if sent and hmac.compare_digest(sent.encode(), self.server.token.encode()):
+                return True, "operator token (site.yml maintenance)"
         d = decide(method, uri, body, self.server.policy)
         if not d.allow:
             self.server.log(f"DENY {method} {uri}: {d.reason}")
         return d.allow, d.reason
 
 
+def read_token(path: Path | None) -> str | None:
+    """The operator token (roles/authz writes it root-only); None without one."""
+    if path is None:
+        return None
+    st = path.stat()
+    if st.st_mode & 0o077:
+        raise OSError(f"{path} is readable by group or others (mode {st.st_mode & 0o777:04o}); "
+                      "the token must be root-only")
+    token = path.read_text().strip()
+    if len(token) < 32:
+        raise OSError(f"{path} holds no usable token (at least 32 characters)")
+    return token
+
+
+def health(socket_path: Path, timeout: float = 3.0) -> tuple[bool, str]:
+    """Ask the plugin to activate, as dockerd does: (healthy, what is wrong)."""
+    import http.client
+    import socket as sk
+
+    s = sk.socket(sk.AF_UNIX, sk.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(str(socket_path))
+        conn = http.client.HTTPConnection("localhost", timeout=timeout)
+        conn.sock = s
+        conn.request("POST", "/Plugin.Activate", body=b"{}",
+                     headers={"Content-Type": "application/vnd.docker.plugins.v1+json"})
+        doc = json.loads(conn.getresponse().read() or b"{}")
+    except FileNotFoundError:
+        return False, f"{socket_path} does not exist: the plugin is not running"
+    except (OSError, ValueError) as exc:
+        return False, f"{socket_path} does not answer ({exc.__class__.__name__}: {exc})"
+    finally:
+        s.close()
+    if "authz" not in (doc.get("Implements") or []):
+        return False, f"{socket_path} answers but does not implement authz: {doc}"
+    return True, ""
+
+
+def down_message(cfg_authz: dict, why: str) -> str:
+    unit = cfg_authz.get("unit") or "kooi-authz.service"
+    return (f"the authorization plugin {cfg_authz.get('plugin', PLUGIN_NAME)} is down ({why}): dockerd refuses "
+            f"every API call, each after a ~30 s wait, until it is back; start it with `systemctl start {unit}` "
+            f"(why it stopped: `journalctl -u {unit}`); dockerd picks it up without a restart")
+
+
 def serve(socket_path: Path, policy: Policy, log=lambda s: print(s, file=sys.stderr, flush=True),
-          ready: threading.Event | None = None) -> None:
-    """Serve the plugin on SOCKET_PATH (root-owned, 0600) until interrupted."""
+          ready: threading.Event | None = None, token: str | None = None, group: str | None = None) -> None:
+    """Serve the plugin on SOCKET_PATH (root-owned, 0600; 0660 for GROUP, the engine
+    socket's group, whose members reach dockerd anyway and may check the plugin's
+    health) until interrupted."""
     socket_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         socket_path.unlink()
@@ -103,10 +159,16 @@ def serve(socket_path: Path, policy: Policy, log=lambda s: print(s, file=sys.std
         pass
     old = os.umask(0o177)
     try:
-        srv = _Server(str(socket_path), policy, log)
+        srv = _Server(str(socket_path), policy, log, token)
     finally:
         os.umask(old)
-    log(f"kooi-authz: serving on {socket_path} (workspace root {policy.workspace or 'none: no binds'})")
+    if group:
+        import grp
+
+        os.chown(socket_path, 0, grp.getgrnam(group).gr_gid)
+        os.chmod(socket_path, 0o660)
+    log(f"kooi-authz: serving on {socket_path} (workspace root {policy.workspace or 'none: no binds'}; "
+        f"operator token {'set' if token else 'not set'})")
     if ready:
         ready.set()
     try:

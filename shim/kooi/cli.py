@@ -103,27 +103,26 @@ def _image(args: argparse.Namespace) -> int:
 
     try:
         if args.action == "build":
-            import docker
+            from . import engine
 
             cfg = hostconfig.load(args.config)
             lock = image.load_lock(args.lock)
-            client = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=3600)
-            try:
-                client.ping()
-            except Exception:  # noqa: BLE001
-                print(f"kooi image build: the runner's engine at {cfg.socket} does not answer; "
+            ok, why = engine.ping(cfg)
+            if not ok:
+                print(f"kooi image build: the runner's engine at {cfg.socket} does not answer ({why}); "
                       "start it with `kooi engine start`", file=sys.stderr)
                 return EXIT_NOT_RUNNING
+            client = engine.client(cfg, timeout=3600, operator=True)
             res = image.build(client, Path(args.context), lock, name=args.name, check=args.check,
                               archive_dir=Path(args.archive_dir) if args.archive_dir else None,
                               log=lambda line: print(line, file=sys.stderr))
             print(json.dumps(res))
         elif args.action == "verify":
-            import docker
+            from . import engine
 
             cfg = hostconfig.load(args.config)
             lock = image.load_lock(args.lock)
-            client = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=600)
+            client = engine.client(cfg, timeout=600, operator=True)
             pin = image.read_pins().get(args.name) or {}
             if not pin.get("id"):
                 print(f"kooi image verify: no pin {args.name!r} in {image.PINS_PATH}", file=sys.stderr)
@@ -193,15 +192,25 @@ def _authz(args: argparse.Namespace) -> int:
     from . import authz
     from .policy import Policy
 
-    root = args.workspace_root
-    if root and not os.path.isabs(root):
-        print("kooi authz: --workspace-root must be an absolute path", file=sys.stderr)
-        return EXIT_USAGE
+    if args.action == "health":
+        ok, why = authz.health(Path(args.socket))
+        print(f"kooi authz: {'healthy' if ok else why}", file=sys.stdout if ok else sys.stderr)
+        return EXIT_OK if ok else EXIT_FAIL
+    for name, value in (("--workspace-root", args.workspace_root), ("--socket-dir", args.socket_dir)):
+        if value and not os.path.isabs(value):
+            print(f"kooi authz: {name} must be an absolute path", file=sys.stderr)
+            return EXIT_USAGE
     try:
-        authz.serve(Path(args.socket), Policy(workspace=root))
+        token = authz.read_token(Path(args.token_file) if args.token_file else None)
+    except OSError as exc:
+        print(f"kooi authz: cannot use the token file: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    try:
+        authz.serve(Path(args.socket), Policy(workspace=args.workspace_root, socket_dir=args.socket_dir),
+                    token=token, group=args.socket_group)
     except KeyboardInterrupt:
         pass
-    except OSError as exc:
+    except (OSError, KeyError) as exc:
         print(f"kooi authz: cannot serve on {args.socket}: {exc}", file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
@@ -313,12 +322,21 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--check", action="append", metavar="ID", help="run only this check (repeatable)")
     v.set_defaults(func=_verify)
 
-    a = sub.add_parser("authz", help="serve the Docker authorization plugin (kooi's request policy)")
-    a.add_argument("action", choices=("serve",))
+    a = sub.add_parser("authz", help="serve or check the Docker authorization plugin (kooi's request policy)",
+                       description="serve: the plugin, until interrupted. health: exit 0 if the plugin "
+                       "answers as dockerd expects, 1 (with the reason) if not.")
+    a.add_argument("action", choices=("serve", "health"))
     a.add_argument("--socket", default="/run/docker/plugins/kooi-authz.sock",
                    help="plugin socket; dockerd finds it by name in /run/docker/plugins (default: %(default)s)")
     a.add_argument("--workspace-root", default=None,
                    help="bind mounts must resolve below this directory (default: no bind mounts)")
+    a.add_argument("--socket-dir", default=None,
+                   help="sockets directly in this directory may be mounted (kooi run's brokers)")
+    a.add_argument("--socket-group", default=None,
+                   help="group that may connect (the engine socket's group: health checks as the runner)")
+    a.add_argument("--token-file", default=None,
+                   help="root-only file with the operator token: requests carrying it (header "
+                   "X-Kooi-Token; site.yml's image builds) are allowed")
     a.set_defaults(func=_authz)
 
     b = sub.add_parser("broker", help="serve a policed engine socket for one run (kooi run does this itself)",

@@ -63,11 +63,42 @@ def manager(cfg: EngineConfig) -> str:
     return "direct"
 
 
-def client(cfg: EngineConfig, timeout: int = 10) -> docker.DockerClient:
-    return docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=timeout, version="auto")
+def operator_headers(cfg: EngineConfig) -> dict[str, str]:
+    """Root's provisioning calls (image builds) carry the operator token that the
+    authorization plugin honours; nobody else can read it."""
+    from . import authz
+
+    token_file = (cfg.authz or {}).get("token_file")
+    if not token_file or os.geteuid() != 0:
+        return {}
+    try:
+        token = authz.read_token(Path(token_file))
+    except OSError:
+        return {}
+    return {authz.TOKEN_HEADER: token} if token else {}
+
+
+def client(cfg: EngineConfig, timeout: int = 10, operator: bool = False) -> docker.DockerClient:
+    c = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=timeout, version="auto")
+    if operator:
+        c.api.headers.update(operator_headers(cfg))
+    return c
+
+
+def plugin_down(cfg: EngineConfig) -> str | None:
+    """Why the engine's authorization plugin is down (None: up, or none configured).
+    While it is down dockerd stalls every call ~30 s and then refuses it."""
+    from . import authz
+
+    if not cfg.authz:
+        return None
+    ok, why = authz.health(Path(cfg.authz.get("socket") or authz.SOCKET_DIR / f"{authz.PLUGIN_NAME}.sock"))
+    return None if ok else authz.down_message(cfg.authz, why)
 
 
 def ping(cfg: EngineConfig) -> tuple[bool, str]:
+    if (down := plugin_down(cfg)) is not None:
+        return False, down
     try:
         c = client(cfg, timeout=5)
     except docker.errors.DockerException as exc:

@@ -36,6 +36,8 @@ class EngineConfig:
     managed_files: list[str] = field(default_factory=list)
     socket_group: str = ""
     remap_user: str = ""
+    # roles/authz: {"plugin", "socket", "token_file", "unit"} when the daemon is guarded.
+    authz: dict = field(default_factory=dict)
 
     @property
     def runtime_dir(self) -> str:

@@ -55,10 +55,12 @@ def deny(reason: str) -> Decision:
 @dataclass(frozen=True)
 class Policy:
     """The run's limits: bind sources must resolve below `workspace` (None: no binds);
-    `engine_socket` is the one socket that may be mounted (a broker's own)."""
+    `engine_socket` is the one socket that may be mounted (a broker's own);
+    `socket_dir` a directory whose sockets may be mounted (kooi run's brokers)."""
 
     workspace: str | None = None
     engine_socket: str | None = None
+    socket_dir: str | None = None  # sockets directly in here may be mounted (kooi run's brokers)
     max_body: int = MAX_BODY
     resolve: Callable[[str], str] = field(default=os.path.realpath, compare=False)
     is_socket: Callable[[str], bool] = field(default=None, compare=False)  # type: ignore[assignment]
@@ -131,6 +133,8 @@ def _check_bind_source(src: str, policy: Policy, what: str) -> Decision | None:
         return None  # a named volume
     if policy.engine_socket and src == policy.engine_socket:
         return None  # the broker's own socket: it applies this same policy
+    if policy.socket_dir and os.path.dirname(policy.resolve(src)) == policy.resolve(policy.socket_dir):
+        return None  # a kooi broker's socket (only kooi run, as the runner, creates them there)
     if SOCKET_NAMES.search(src.rstrip("/")) or policy.socket(src):
         return deny(f"{what}: socket mount {src} refused (no engine or other socket may enter a container)")
     if policy.workspace is None:

@@ -324,6 +324,12 @@ def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, r
                   interrupted: Callable[[], int | None], run_dir: Path = RUN_DIR) -> int:
     import docker
 
+    from . import authz
+
+    if cfg.authz:
+        ok, why = authz.health(Path(cfg.authz.get("socket") or authz.SOCKET_DIR / f"{authz.PLUGIN_NAME}.sock"))
+        if not ok:
+            raise RunError("unavailable", EXIT_UNAVAILABLE, authz.down_message(cfg.authz, why))
     try:
         client = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=30)
         client.ping()
@@ -622,7 +628,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             import docker.types  # noqa: F401
             import requests  # noqa: F401
 
-            from . import broker, policy  # noqa: F401
+            from . import authz, broker, policy  # noqa: F401
         drop_to_runner(cfg)
         project = check_project(project, cfg)
         res.project = str(project)

@@ -27,10 +27,15 @@ DOCKER_SOCK = Path("/run/kooi-authz-e2e/docker.sock")
 WS = BASE / "workspace"
 
 
+TOKEN_FILE = BASE / "token"
+TOKEN = "kooi-e2e-operator-token-" + "x" * 40
+
+
 def start_plugin() -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO / "shim")}
     proc = subprocess.Popen([sys.executable, "-m", "kooi", "authz", "serve", "--socket", str(PLUGIN_SOCK),
-                             "--workspace-root", str(WS)], env=env, stderr=open(BASE / "plugin.log", "a"))
+                             "--workspace-root", str(WS), "--token-file", str(TOKEN_FILE)],
+                            env=env, stderr=open(BASE / "plugin.log", "a"))
     for _ in range(100):
         if PLUGIN_SOCK.exists():
             return proc
@@ -46,6 +51,8 @@ def daemon():
     WS.mkdir()
     (WS / "etc-link").symlink_to("/etc")
     (WS / "data").mkdir()
+    TOKEN_FILE.write_text(TOKEN)
+    TOKEN_FILE.chmod(0o600)
     DOCKER_SOCK.parent.mkdir(parents=True, exist_ok=True)
     plugin = start_plugin()
     log = open(BASE / "dockerd.log", "w")
@@ -171,6 +178,37 @@ def test_a_create_with_content_length_zero_is_refused(daemon):
     body = json.dumps({"Image": "kooi-probe:latest", "HostConfig": {"Privileged": True}}).encode()
     status, text = raw_create(body, content_length=0)
     assert status >= 400 and "kooi-authz" in text, (status, text[:500])
+
+
+def test_only_the_operator_token_may_build(daemon):
+    """site.yml's image builds carry the root-only token (header X-Kooi-Token)."""
+    ctx = BASE / "ctx"
+    ctx.mkdir(exist_ok=True)
+    (ctx / "Dockerfile").write_text("FROM kooi-probe:latest\nRUN echo built > /built\n")
+    env = {**os.environ, "DOCKER_BUILDKIT": "0"}
+    res = subprocess.run(["docker", "-H", f"unix://{DOCKER_SOCK}", "build", "-q", "-t", "kooi-e2e-built", str(ctx)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode != 0 and "builds are refused" in res.stderr, res.stderr
+    conf = BASE / "docker-config"
+    conf.mkdir(exist_ok=True)
+    (conf / "config.json").write_text(json.dumps({"HttpHeaders": {"X-Kooi-Token": TOKEN}}))
+    res = subprocess.run(["docker", "--config", str(conf), "-H", f"unix://{DOCKER_SOCK}", "build", "-q", "-t",
+                          "kooi-e2e-built", str(ctx)], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    (conf / "config.json").write_text(json.dumps({"HttpHeaders": {"X-Kooi-Token": TOKEN[:-1]}}))
+    res = subprocess.run(["docker", "--config", str(conf), "-H", f"unix://{DOCKER_SOCK}", "run", "--rm",
+                          "--privileged", "kooi-e2e-built", "true"], capture_output=True, text=True, env=env)
+    assert res.returncode != 0 and "privileged containers are refused" in res.stderr, res.stderr
+
+
+def test_health_says_whether_the_plugin_answers(daemon):
+    env = {**os.environ, "PYTHONPATH": str(REPO / "shim")}
+    ok = subprocess.run([sys.executable, "-m", "kooi", "authz", "health", "--socket", str(PLUGIN_SOCK)],
+                        capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and "healthy" in ok.stdout, ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "kooi", "authz", "health", "--socket", str(BASE / "none.sock")],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 1 and "not running" in bad.stderr, bad.stderr
 
 
 def test_plugin_down_fails_closed_and_a_restart_is_picked_up(daemon):

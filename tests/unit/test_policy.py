@@ -250,3 +250,14 @@ def test_only_the_named_engine_socket_may_be_mounted():
     for other in ("/var/run/docker.sock", "/var/lib/kooi/runs/brokers/other.sock"):
         d = decide("POST", "/containers/create", create({"Binds": [f"{other}:/var/run/docker.sock"]}), brokered)
         assert not d.allow and "socket" in d.reason
+
+
+def test_sockets_in_the_broker_directory_may_be_mounted():
+    guarded = Policy(workspace=WS, socket_dir="/var/lib/kooi/runs/brokers", resolve=POLICY.resolve,
+                     is_socket=lambda p: p.endswith(".sock"))
+    ok = decide("POST", "/containers/create",
+                create({"Binds": ["/var/lib/kooi/runs/brokers/ab12.sock:/run/kooi/docker.sock"]}), guarded)
+    assert ok.allow, ok.reason
+    for other in ("/var/lib/kooi/runs/brokers/sub/x.sock", "/var/lib/kooi/runs/x.sock", "/var/run/docker.sock"):
+        d = decide("POST", "/containers/create", create({"Binds": [f"{other}:/d.sock"]}), guarded)
+        assert not d.allow and "socket" in d.reason, other
