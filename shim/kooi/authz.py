@@ -167,7 +167,8 @@ def serve(socket_path: Path, policy: Policy, log=lambda s: print(s, file=sys.std
 
         os.chown(socket_path, 0, grp.getgrnam(group).gr_gid)
         os.chmod(socket_path, 0o660)
-    log(f"kooi-authz: serving on {socket_path} (workspace root {policy.workspace or 'none: no binds'}; "
+    roots = ", ".join(r for r in (policy.workspace, *policy.extra_workspaces) if r) or "none: no binds"
+    log(f"kooi-authz: serving on {socket_path} (workspace roots {roots}; "
         f"operator token {'set' if token else 'not set'})")
     if ready:
         ready.set()

@@ -196,7 +196,8 @@ def _authz(args: argparse.Namespace) -> int:
         ok, why = authz.health(Path(args.socket))
         print(f"kooi authz: {'healthy' if ok else why}", file=sys.stdout if ok else sys.stderr)
         return EXIT_OK if ok else EXIT_FAIL
-    for name, value in (("--workspace-root", args.workspace_root), ("--socket-dir", args.socket_dir)):
+    roots = args.workspace_root or []
+    for name, value in [("--workspace-root", r) for r in roots] + [("--socket-dir", args.socket_dir)]:
         if value and not os.path.isabs(value):
             print(f"kooi authz: {name} must be an absolute path", file=sys.stderr)
             return EXIT_USAGE
@@ -206,8 +207,9 @@ def _authz(args: argparse.Namespace) -> int:
         print(f"kooi authz: cannot use the token file: {exc}", file=sys.stderr)
         return EXIT_FAIL
     try:
-        authz.serve(Path(args.socket), Policy(workspace=args.workspace_root, socket_dir=args.socket_dir),
-                    token=token, group=args.socket_group)
+        policy = Policy(workspace=roots[0] if roots else None, extra_workspaces=tuple(roots[1:]),
+                        socket_dir=args.socket_dir)
+        authz.serve(Path(args.socket), policy, token=token, group=args.socket_group)
     except KeyboardInterrupt:
         pass
     except (OSError, KeyError) as exc:
@@ -328,8 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("action", choices=("serve", "health"))
     a.add_argument("--socket", default="/run/docker/plugins/kooi-authz.sock",
                    help="plugin socket; dockerd finds it by name in /run/docker/plugins (default: %(default)s)")
-    a.add_argument("--workspace-root", default=None,
-                   help="bind mounts must resolve below this directory (default: no bind mounts)")
+    a.add_argument("--workspace-root", action="append", default=None,
+                   help="bind mounts must resolve below this directory (repeatable; default: no bind mounts)")
     a.add_argument("--socket-dir", default=None,
                    help="sockets directly in this directory may be mounted (kooi run's brokers)")
     a.add_argument("--socket-group", default=None,

@@ -61,6 +61,7 @@ class Policy:
     workspace: str | None = None
     engine_socket: str | None = None
     socket_dir: str | None = None  # sockets directly in here may be mounted (kooi run's brokers)
+    extra_workspaces: tuple[str, ...] = ()  # further roots for bind sources (the plugin's)
     max_body: int = MAX_BODY
     resolve: Callable[[str], str] = field(default=os.path.realpath, compare=False)
     is_socket: Callable[[str], bool] = field(default=None, compare=False)  # type: ignore[assignment]
@@ -140,9 +141,9 @@ def _check_bind_source(src: str, policy: Policy, what: str) -> Decision | None:
     if policy.workspace is None:
         return deny(f"{what}: bind mount of {src} refused (this run has no workspace binds)")
     real = policy.resolve(src)
-    ws = policy.resolve(policy.workspace)
-    if real != ws and not real.startswith(ws.rstrip("/") + "/"):
-        return deny(f"{what}: bind source {src} resolves to {real}, outside the workspace {ws}")
+    roots = [policy.resolve(w) for w in (policy.workspace, *policy.extra_workspaces)]
+    if not any(real == ws or real.startswith(ws.rstrip("/") + "/") for ws in roots):
+        return deny(f"{what}: bind source {src} resolves to {real}, outside the workspace {' or '.join(roots)}")
     if policy.socket(real):
         return deny(f"{what}: socket mount {src} refused")
     return None
