@@ -7,8 +7,19 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 engine=/etc/kooi/engine.json
 [ -r "$engine" ] || { echo "build.sh: $engine is missing; provision the host with site.yml first" >&2; exit 2; }
-read -r runner socket < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["runner_user"], d["socket"])' "$engine")
-as_runner() { runuser -u "$runner" -- env DOCKER_HOST="unix://$socket" "$@"; }
+read -r runner socket token_file < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
+print(d["runner_user"], d["socket"], (d.get("authz") or {}).get("token_file") or "-")' "$engine")
+if [ "$token_file" != - ] && [ -r "$token_file" ]; then
+  # A daemon behind kooi's authorization plugin builds only for the operator (root,
+  # with the root-only token, as site.yml's runner image build does).
+  cfgdir=$(mktemp -d)
+  trap 'rm -rf "$cfgdir"' EXIT
+  python3 -c 'import json,sys; print(json.dumps({"HttpHeaders": {"X-Kooi-Token": open(sys.argv[1]).read().strip()}}))' \
+    "$token_file" >"$cfgdir/config.json"
+  as_runner() { env DOCKER_HOST="unix://$socket" DOCKER_CONFIG="$cfgdir" "$@"; }
+else
+  as_runner() { runuser -u "$runner" -- env DOCKER_HOST="unix://$socket" "$@"; }
+fi
 as_runner docker image inspect kooi-base:trixie >/dev/null 2>&1 \
   || { echo "build.sh: the runner's engine has no kooi-base:trixie; run site.yml (role runner_image)" >&2; exit 2; }
 for name in "${@:-postgres}"; do
