@@ -22,6 +22,7 @@ connections are hijacked by the daemon and relayed both ways.
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import os
@@ -452,8 +453,7 @@ class Broker:
         self.upstream = Upstream(upstream)
         scope.socket_host_path = scope.socket_host_path or listen
         self.scope = scope
-        self.policy = Policy(workspace=policy.workspace, max_body=policy.max_body, resolve=policy.resolve,
-                             is_socket=policy.is_socket, engine_socket=scope.socket_host_path)
+        self.policy = dataclasses.replace(policy, engine_socket=scope.socket_host_path)
         self.rules = Rules(scope, self.upstream)
         self.log = log or (lambda _m: None)
         self.max_body = max_body
@@ -572,7 +572,6 @@ class Broker:
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
-    allow_reuse_address = False
 
     def __init__(self, path: str, broker: Broker):
         self.broker = broker

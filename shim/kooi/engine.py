@@ -85,19 +85,10 @@ def client(cfg: EngineConfig, timeout: int = 10, operator: bool = False) -> dock
     return c
 
 
-def plugin_down(cfg: EngineConfig) -> str | None:
-    """Why the engine's authorization plugin is down (None: up, or none configured).
-    While it is down dockerd stalls every call ~30 s and then refuses it."""
+def ping(cfg: EngineConfig) -> tuple[bool, str]:
     from . import authz
 
-    if not cfg.authz:
-        return None
-    ok, why = authz.health(Path(cfg.authz.get("socket") or authz.SOCKET_DIR / f"{authz.PLUGIN_NAME}.sock"))
-    return None if ok else authz.down_message(cfg.authz, why)
-
-
-def ping(cfg: EngineConfig) -> tuple[bool, str]:
-    if (down := plugin_down(cfg)) is not None:
+    if (down := authz.plugin_down(cfg.authz)) is not None:
         return False, down
     try:
         c = client(cfg, timeout=5)

@@ -326,10 +326,8 @@ def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, r
 
     from . import authz
 
-    if cfg.authz:
-        ok, why = authz.health(Path(cfg.authz.get("socket") or authz.SOCKET_DIR / f"{authz.PLUGIN_NAME}.sock"))
-        if not ok:
-            raise RunError("unavailable", EXIT_UNAVAILABLE, authz.down_message(cfg.authz, why))
+    if (down := authz.plugin_down(cfg.authz)) is not None:
+        raise RunError("unavailable", EXIT_UNAVAILABLE, down)
     try:
         client = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=30)
         client.ping()
