@@ -31,6 +31,7 @@ import selectors
 import socket
 import socketserver
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -578,14 +579,36 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         super().__init__(path, _Handler)
 
 
+LINGER_BYTES = 1 << 30
+LINGER_SECONDS = 30.0
+
+
 def _reply(sock: socket.socket, status: int, reason: str, message: str) -> None:
+    """Answer with an error, then keep reading (and discarding) what the client still
+    sends until it closes: a client that is still writing a body (a build context, a
+    large create) would otherwise get EPIPE instead of the refusal and its reason."""
     data = json.dumps({"message": message}).encode()
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode()
     try:
         sock.sendall(head + data)
+        sock.shutdown(socket.SHUT_WR)
     except OSError:
-        pass
+        return
+    deadline = time.monotonic() + LINGER_SECONDS
+    seen = 0
+    try:
+        while seen < LINGER_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            sock.settimeout(min(left, 5.0))
+            chunk = sock.recv(65536)
+            if not chunk:
+                return
+            seen += len(chunk)
+    except OSError:
+        return
 
 
 class _Handler(socketserver.BaseRequestHandler):

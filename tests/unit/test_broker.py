@@ -128,3 +128,43 @@ def test_reader_hands_back_what_it_buffered():
     while chunk := a.recv(100):
         rest += chunk
     assert rest == b"stdin-bytes"
+
+
+def test_a_refusal_reaches_a_client_that_is_still_sending_its_body(tmp_path):
+    """A refused build's context is larger than any socket buffer: the broker must keep
+    reading until the client is done, or the client sees EPIPE instead of the reason
+    (found in CI: `docker build` through the broker failed with 'broken pipe')."""
+    from kooi.broker import Broker
+    from kooi.policy import Policy
+
+    b = Broker(str(tmp_path / "b.sock"), str(tmp_path / "no-engine.sock"), Policy(workspace=str(tmp_path)),
+               RunScope("r1", {"org.kooi.run": "r1"}))
+    b.start()
+    try:
+        body = b"\0" * (32 << 20)
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(b.listen)
+        s.settimeout(30)
+        errors: list[Exception] = []
+
+        def send() -> None:
+            try:
+                s.sendall(b"POST /v1.41/build HTTP/1.1\r\nHost: docker\r\nContent-Type: application/x-tar\r\n"
+                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            except OSError as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=send)
+        t.start()
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+            if b"}" in got:
+                break
+        t.join(30)
+        s.close()
+        assert got.startswith(b"HTTP/1.1 403 "), got[:200]
+        assert "are refused" in json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
+        assert errors == [] and not t.is_alive()
+    finally:
+        b.stop()
