@@ -23,6 +23,7 @@ connections are hijacked by the daemon and relayed both ways.
 from __future__ import annotations
 
 import dataclasses
+import http
 import http.client
 import json
 import os
@@ -248,6 +249,10 @@ class RunScope:
     socket_aliases: tuple[str, ...] = ("/run/kooi/docker.sock",)  # its path inside containers
     path_map: dict[str, str] = field(default_factory=dict)        # container path -> host path
     protected: set[str] = field(default_factory=set)              # ids out of reach (the workload's own)
+    # The workload's container, attached to every network the run creates so that it
+    # reaches what it starts there directly (the userns-remap engine isolates bridges
+    # from each other, published ports included); None: no attaching (rootless).
+    attach: str | None = None
 
 
 class Upstream:
@@ -460,6 +465,7 @@ class Broker:
         self.max_body = max_body
         self.allowed = 0
         self.refusals: list[str] = []
+        self.attached: set[str] = set()  # networks the workload was attached to
         self.lock = threading.Lock()
         self.server: _Server | None = None
         self.thread: threading.Thread | None = None
@@ -561,6 +567,49 @@ class Broker:
                 return o, req
         return d, req
 
+    # the workload on the run's networks (scope.attach) ---------------------------------
+    def create_attached_network(self, req: Request) -> tuple[int, Any]:
+        """Create the network (body already decided on) and attach the workload to it;
+        a network the workload cannot join is removed again and the create fails."""
+        status, doc = self.upstream.request("POST", req.uri, json.loads(req.body or b"{}"))
+        ident = doc.get("Id") if isinstance(doc, dict) else None
+        if status != 201 or not ident:
+            return status, doc if doc is not None else {"message": f"network create failed ({status})"}
+        st, err = self.upstream.request("POST", f"/networks/{ident}/connect", {"Container": self.scope.attach})
+        if st != 200:
+            self.upstream.request("DELETE", f"/networks/{ident}")
+            why = err.get("message") if isinstance(err, dict) else st
+            self.log(f"broker: could not attach the workload to network {ident[:12]}: {why}")
+            return 500, {"message": f"kooi broker: could not attach the workload to the new network: {why}"}
+        with self.lock:
+            self.attached.add(ident)
+        return status, doc
+
+    def before_network_removal(self, method: str, path: str) -> None:
+        """Detach the workload from a network the run removes (a network with an
+        endpoint cannot be removed); on a network prune, from the networks where it is
+        the last endpoint."""
+        with self.lock:
+            attached = set(self.attached)
+        if not attached:
+            return
+        if method == "DELETE" and (m := NETWORK_OBJ.match(path)) and not m.group(2):
+            status, doc = self.upstream.request("GET", f"/networks/{urllib.parse.quote(m.group(1), safe='')}")
+            targets = [doc["Id"]] if status == 200 and isinstance(doc, dict) and doc.get("Id") in attached else []
+        elif method == "POST" and path == "/networks/prune":
+            targets = []
+            for ident in attached:
+                status, doc = self.upstream.request("GET", f"/networks/{ident}")
+                if status == 200 and isinstance(doc, dict) and set(doc.get("Containers") or {}) <= {self.scope.attach}:
+                    targets.append(ident)
+        else:
+            return
+        for ident in targets:
+            self.upstream.request("POST", f"/networks/{ident}/disconnect",
+                                  {"Container": self.scope.attach, "Force": True})
+            with self.lock:
+                self.attached.discard(ident)
+
     def record(self, req: Request, d: Decision) -> None:
         with self.lock:
             if d.allow:
@@ -583,11 +632,12 @@ LINGER_BYTES = 1 << 30
 LINGER_SECONDS = 30.0
 
 
-def _reply(sock: socket.socket, status: int, reason: str, message: str) -> None:
-    """Answer with an error, then keep reading (and discarding) what the client still
-    sends until it closes: a client that is still writing a body (a build context, a
-    large create) would otherwise get EPIPE instead of the refusal and its reason."""
-    data = json.dumps({"message": message}).encode()
+def _reply(sock: socket.socket, status: int, reason: str, message: str | None = None, doc: Any = None) -> None:
+    """Answer with an error (MESSAGE) or a document the broker produced (DOC), then keep
+    reading (and discarding) what the client still sends until it closes: a client
+    that is still writing a body (a build context, a large create) would otherwise get
+    EPIPE instead of the refusal and its reason."""
+    data = json.dumps({"message": message} if doc is None else doc).encode()
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode()
     try:
@@ -646,6 +696,16 @@ class _Handler(socketserver.BaseRequestHandler):
         if not d.allow:
             _reply(client, 403, "Forbidden", f"kooi broker: {d.reason}")
             return
+        if broker.scope.attach:
+            try:
+                if req.method == "POST" and NETWORK_CREATE.match(path):
+                    status, doc = broker.create_attached_network(req)
+                    _reply(client, status, http.HTTPStatus(status).phrase, doc=doc)
+                    return
+                broker.before_network_removal(req.method, path)
+            except OSError as exc:
+                _reply(client, 502, "Bad Gateway", f"kooi broker: the engine does not answer ({exc})")
+                return
         try:
             up = broker.upstream.connect()
         except OSError as exc:

@@ -275,6 +275,9 @@ def testcontainers_env(gateway: str) -> dict[str, str]:
     cleans up by label), and the address where published ports are reached."""
     return {"TESTCONTAINERS_DOCKER_SOCKET_OVERRIDE": ENGINE_SOCKET, "TESTCONTAINERS_RYUK_DISABLED": "true",
             "TESTCONTAINERS_HOST_OVERRIDE": gateway, "TC_HOST": gateway,
+            # Python: containers by their own address on their own network (the
+            # workload is on every network of the run), not a published port.
+            "TESTCONTAINERS_CONNECTION_MODE": "bridge_ip",
             # Java's start-up checks run an image from a registry (none is reachable).
             "TESTCONTAINERS_CHECKS_DISABLE": "true"}
 
@@ -472,6 +475,10 @@ class BrokeredEngine:
         its limits, no exec, no commit)."""
         if self.broker:
             self.broker.scope.protected.add(container_id)
+            if self.cfg.mode != "rootless":
+                # Its own network namespace: join every network the run creates (the
+                # rootless workload shares rootlesskit's, where all bridges live).
+                self.broker.scope.attach = container_id
 
     def close(self, res: Result) -> None:
         from . import broker

@@ -1,5 +1,5 @@
 """Testcontainers-Python through the kooi broker: a PostgreSQL container the workload
-reaches at its published port, and a second container that reaches the first by name
+reaches directly, and a second container that reaches the first by name
 on a Testcontainers Network. Run by the testcontainers-python workflow."""
 
 import os
@@ -20,7 +20,8 @@ class NetworkOfTwo(unittest.TestCase):
             db = (PostgresContainer(IMAGE, username="kooi", password="kooi-pw", dbname="shop", driver=None)
                   .with_network(net).with_network_aliases("db"))
             with db:
-                # The workload itself: the published port at the address kooi gives it.
+                # The workload itself, at the address and port Testcontainers reports
+                # (kooi sets TESTCONTAINERS_CONNECTION_MODE=bridge_ip: its own address).
                 conn = pg8000.native.Connection("kooi", host=db.get_container_host_ip(),
                                                 port=int(db.get_exposed_port(5432)),
                                                 password="kooi-pw", database="shop")
