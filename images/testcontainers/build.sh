@@ -22,12 +22,20 @@ else
 fi
 as_runner docker image inspect kooi-base:trixie >/dev/null 2>&1 \
   || { echo "build.sh: the runner's engine has no kooi-base:trixie; run site.yml (role runner_image)" >&2; exit 2; }
+# Where egress control is on, the build's downloads go through kooi's proxy (the only
+# way out for the runner's engine): Docker's predefined proxy build arguments.
+proxy_args=()
+if [ -r /etc/kooi/egress.json ]; then
+  url=$(/usr/local/bin/kooi egress proxy-url) \
+    || { echo "build.sh: cannot tell where the engine's containers reach the egress proxy" >&2; exit 2; }
+  for v in http_proxy https_proxy HTTP_PROXY HTTPS_PROXY; do proxy_args+=(--build-arg "$v=$url"); done
+fi
 for name in "${@:-postgres}"; do
   case $name in
     postgres) tag=kooi-postgres:17 ;;
     *) echo "build.sh: unknown image $name (known: postgres)" >&2; exit 2 ;;
   esac
   # The context goes over stdin: the runner need not read the checkout.
-  tar -C "$here/$name" -c . | as_runner docker build -q -f Containerfile -t "$tag" - >/dev/null
+  tar -C "$here/$name" -c . | as_runner docker build -q "${proxy_args[@]}" -f Containerfile -t "$tag" - >/dev/null
   echo "$tag"
 done

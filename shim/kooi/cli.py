@@ -112,10 +112,14 @@ def _image(args: argparse.Namespace) -> int:
                 print(f"kooi image build: the runner's engine at {cfg.socket} does not answer ({why}); "
                       "start it with `kooi engine start`", file=sys.stderr)
                 return EXIT_NOT_RUNNING
+            from . import egress
+
             client = engine.client(cfg, timeout=3600, operator=True)
+            eg = egress.load()
+            buildargs = egress.build_args(eg, cfg.mode, client) if eg and not args.check else None
             res = image.build(client, Path(args.context), lock, name=args.name, check=args.check,
                               archive_dir=Path(args.archive_dir) if args.archive_dir else None,
-                              log=lambda line: print(line, file=sys.stderr))
+                              log=lambda line: print(line, file=sys.stderr), buildargs=buildargs)
             print(json.dumps(res))
         elif args.action == "verify":
             from . import engine
@@ -259,6 +263,65 @@ def _broker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _egress(args: argparse.Namespace) -> int:
+    from . import egress
+
+    try:
+        cfg = egress.load(args.egress_config)
+    except egress.EgressError as exc:
+        print(f"kooi egress: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if cfg is None:
+        print(f"kooi egress: {args.egress_config} not found: egress control is not configured on this host "
+              "(roles/egress, kooi_egress_enabled)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.action == "log":
+            try:
+                for entry in egress.read_log(cfg, denied_only=args.denied, follow=args.follow):
+                    print(json.dumps(entry) if args.json else egress.format_entry(entry), flush=True)
+            except PermissionError as exc:
+                print(f"kooi egress log: {exc}; the log is readable by root and the proxy's group",
+                      file=sys.stderr)
+                return EXIT_FAIL
+            except KeyboardInterrupt:
+                pass
+            return EXIT_OK
+        if args.action == "proxy-url":
+            from . import engine
+
+            ecfg = hostconfig.load(args.config)
+            host = egress.container_proxy_host(ecfg.mode, engine.client(ecfg, timeout=30))
+            print(f"http://{host}:{cfg.port}")
+            return EXIT_OK
+        if args.action == "start":
+            out: dict = egress.start(cfg)
+        elif args.action == "stop":
+            out = {"stopped": egress.stop(cfg)}
+        elif args.action == "reload":
+            egress.reload(cfg)
+            out = {"reloaded": True}
+        else:
+            out = egress.status(cfg)
+    except (egress.EgressError, hostconfig.ConfigError) as exc:
+        print(f"kooi egress {args.action}: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    if args.action == "status":
+        out["rules"]["enforced_for_caller"], out["rules"]["probe"] = egress.rules_enforced(cfg)
+    if args.json or args.action != "status":
+        print(json.dumps(out, indent=None if args.action != "status" else 2))
+    else:
+        p, r = out["proxy"], out["rules"]
+        print(f"proxy: {'up' if p['up'] else 'DOWN'} ({p['detail']})")
+        if "loaded" in r:
+            print(f"rules: table {r['table']} {'loaded' if r['loaded'] else 'MISSING'} (from {r['file']})")
+        print(f"rules for uid {os.geteuid()}: {'enforced' if r['enforced_for_caller'] else 'not enforced'} "
+              f"({r['probe']})")
+    if args.action == "status":
+        return EXIT_OK if out["proxy"]["up"] and out["rules"].get("loaded", True) else EXIT_NOT_RUNNING
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kooi", description=__doc__)
     p.add_argument("--version", action="version", version=f"kooi {__version__}")
@@ -272,6 +335,18 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--timeout", type=float, default=90.0,
                    help="seconds to wait for the engine to answer (start)")
     e.set_defaults(func=_engine)
+
+    eg = sub.add_parser("egress", help="the egress proxy and rules: start, stop, reload, status, log")
+    eg.add_argument("action", choices=("start", "stop", "reload", "status", "log", "proxy-url"),
+                    help="proxy-url: the proxy as a container on the engine's default bridge reaches it")
+    eg.add_argument("--config", default=str(hostconfig.DEFAULT_PATH),
+                    help="host description written by site.yml (proxy-url; default: %(default)s)")
+    eg.add_argument("--egress-config", default="/etc/kooi/egress.json",
+                    help="egress description written by site.yml (default: %(default)s)")
+    eg.add_argument("--json", action="store_true", help="JSON output (log: one object per line)")
+    eg.add_argument("--denied", action="store_true", help="log: only refused requests")
+    eg.add_argument("--follow", "-f", action="store_true", help="log: keep printing new entries")
+    eg.set_defaults(func=_egress)
 
     r = sub.add_parser("run", help="run a workflow on this host (for cron and pipelines)",
                        description="Run workflow NAME from /etc/kooi/workflows on a project. Exit code: the "

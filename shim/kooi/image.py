@@ -215,8 +215,9 @@ def write_pins(pins: dict, path: Path = PINS_PATH) -> None:
 
 def build(client, context: Path, lock: Lock, name: str = "runner", repo: str = "kooi-runner",
           check: bool = False, pins_path: Path = PINS_PATH, archive_dir: Path | None = None,
-          log: Callable[[str], None] = lambda s: None) -> dict:
-    """Build (if an input changed), verify and pin. Returns a result for Ansible."""
+          log: Callable[[str], None] = lambda s: None, buildargs: dict[str, str] | None = None) -> dict:
+    """Build (if an input changed), verify and pin. Returns a result for Ansible.
+    BUILDARGS: the egress proxy (Docker's predefined proxy arguments), if any."""
     h = inputs_hash(context, lock.base_digest)
     tag = f"{repo}:{h[:12]}"
     existing = client.images.list(filters={"label": f"{LABEL_INPUTS}={h}"})
@@ -237,7 +238,7 @@ def build(client, context: Path, lock: Lock, name: str = "runner", repo: str = "
         log(f"building {tag} from {context}")
         image_id = None
         for chunk in client.api.build(path=str(context), dockerfile="Containerfile", tag=tag, rm=True,
-                                      forcerm=True, pull=False, decode=True,
+                                      forcerm=True, pull=False, decode=True, buildargs=buildargs or None,
                                       labels={LABEL_INPUTS: h, LABEL_IMAGE: name}):
             if "stream" in chunk:
                 for line in chunk["stream"].splitlines():

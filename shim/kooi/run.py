@@ -43,6 +43,7 @@ EXIT_ERROR = 70         # kooi itself failed
 RUN_DIR = Path(os.environ.get("KOOI_RUN_DIR", "/var/lib/kooi/runs"))
 LABEL = "org.kooi"
 WORKSPACE = "/workspace"
+MAVEN_SETTINGS = "/run/kooi/maven-settings.xml"
 ENGINE_SOCKET = "/run/kooi/docker.sock"  # where a testcontainers workload finds the broker
 
 
@@ -74,6 +75,7 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     broker: dict | None = None
     cleanup: dict | None = None
+    egress: dict | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -359,11 +361,21 @@ def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, r
     kw = _container_args(wf, cfg, img.attrs, project, run_id, enforce, res)
     for w in res.warnings:
         log.note(f"warning: {w}")
+    eg = _egress_config() if (wf.network == "proxy" or wf.testcontainers) else None
+    if wf.network == "proxy" and eg is None:
+        raise RunError("refused", EXIT_REFUSED,
+                       f"workflow {wf.name} asks for network: proxy, but this host has no egress control "
+                       "(kooi_egress_enabled=false or not provisioned); enable it and re-run site.yml")
+    if eg is not None:
+        _egress_preflight(eg, res, log)
     access = BrokeredEngine(client, cfg, wf, project, run_id, run_dir, log) if wf.testcontainers else None
+    settings: Path | None = None
     container = None
     try:
         if access:
             access.open(kw)
+        if eg is not None:
+            settings = _egress_wire(eg, client, cfg, kw, img.attrs, access, run_dir, run_id, res, log)
         container = client.containers.create(pin["id"], **kw)
         if access:
             access.protect(container.id)
@@ -376,6 +388,78 @@ def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, r
                 pass
         if access:
             access.close(res)
+        if settings is not None:
+            settings.unlink(missing_ok=True)
+
+
+def _egress_config():
+    from . import egress
+
+    try:
+        return egress.load()
+    except egress.EgressError as exc:
+        raise RunError("unavailable", EXIT_UNAVAILABLE, str(exc)) from None
+
+
+def _egress_preflight(eg, res: Result, log: Log) -> None:
+    """The rules must be in force for the runner before a workload gets a network (an
+    engine started without them would reach anything); a proxy that is down only means
+    no egress at all, which is said, not refused."""
+    from . import egress
+
+    ok, why = egress.rules_enforced(eg)
+    if not ok:
+        raise RunError("unavailable", EXIT_UNAVAILABLE,
+                       f"the egress rules are not in force for {os.geteuid()} ({why}); run `kooi egress start` "
+                       "as root (hosts without systemd, after a reboot) or re-run site.yml")
+    up, detail = egress.proxy_up(eg)
+    res.egress = {"proxy": "", "rules": why, "proxy_up": up}
+    if not up:
+        msg = f"{detail}: the workload has no egress at all (start it: kooi egress start)"
+        res.warnings.append(msg)
+        log.note(f"warning: {msg}")
+
+
+def _egress_wire(eg, client, cfg: EngineConfig, kw: dict, img_attrs: dict, access: "BrokeredEngine | None",
+                 run_dir: Path, run_id: str, res: Result, log: Log) -> Path:
+    """Give the workload a network whose only way out is the proxy, and the proxy in the
+    form each tool reads; returns the per-run Maven settings file (removed afterwards)."""
+    import docker.types
+
+    from . import egress
+
+    if access is None:
+        kw["network_mode"] = "bridge"
+    if cfg.mode == "rootless":
+        host = egress.ROOTLESS_HOST_LOOPBACK
+    else:
+        net = access.network if access else client.networks.get("bridge")
+        net.reload()
+        host = next((c.get("Gateway") for c in (net.attrs.get("IPAM") or {}).get("Config") or []
+                     if c.get("Gateway")), None)
+        if not host:
+            raise RunError("unavailable", EXIT_UNAVAILABLE, f"network {net.name} has no gateway address")
+    # Nested containers and the engine's addresses are reached directly, never through
+    # the proxy (which refuses private destinations anyway).
+    no_proxy = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
+    java_skip = ["10.*", "172.*", "192.168.*"]
+    env = egress.proxy_env(host, eg.port, no_proxy)
+    env["JAVA_TOOL_OPTIONS"] = egress.proxy_env(host, eg.port, java_skip)["JAVA_TOOL_OPTIONS"]
+    settings_dir = run_dir / "egress"
+    settings_dir.mkdir(mode=0o755, exist_ok=True)
+    settings = settings_dir / f"{run_id}-maven-settings.xml"
+    settings.write_text(egress.maven_settings(host, eg.port, java_skip))
+    settings.chmod(0o644)
+    kw["mounts"] = list(kw["mounts"]) + [
+        docker.types.Mount(MAVEN_SETTINGS, str(settings), type="bind", read_only=True)]
+    image_env = dict(e.split("=", 1) for e in (img_attrs.get("Config") or {}).get("Env") or [] if "=" in e)
+    mine = dict(kw["environment"])
+    maven_args = mine.get("MAVEN_ARGS", image_env.get("MAVEN_ARGS", ""))
+    mine["MAVEN_ARGS"] = f"{maven_args} --global-settings {MAVEN_SETTINGS}".strip()
+    kw["environment"] = {**env, **mine}
+    res.egress["proxy"] = f"http://{host}:{eg.port}"
+    log.note(f"egress: through the proxy at {res.egress['proxy']} only")
+    return settings
 
 
 def _supervise(client, container, wf: Workflow, cfg: EngineConfig, pin: dict, res: Result, log: Log,
@@ -633,7 +717,17 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             import docker.types  # noqa: F401
             import requests  # noqa: F401
 
-            from . import authz, broker, policy  # noqa: F401
+            from . import authz, broker, egress, policy  # noqa: F401
+
+            if os.geteuid() == 0 and (wf.network == "proxy" or wf.testcontainers):
+                # Root (cron, a pipeline): re-apply the rules and start the proxy where
+                # no service manager does (hosts without systemd, after a reboot).
+                eg = _egress_config()
+                if eg is not None:
+                    try:
+                        egress.start(eg)
+                    except egress.EgressError as exc:
+                        raise RunError("unavailable", EXIT_UNAVAILABLE, f"egress: {exc}") from None
         drop_to_runner(cfg)
         project = check_project(project, cfg)
         res.project = str(project)

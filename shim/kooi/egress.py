@@ -1,0 +1,312 @@
+"""`kooi egress`: the host-side egress control that roles/egress sets up.
+
+roles/egress writes /etc/kooi/egress.json (root-owned): where the proxy listens, the
+nftables table, the rules file, Squid's configuration and access log. This module
+starts the proxy and re-applies the rules on hosts without systemd (as `kooi engine
+start` does for the engine), tells whether the rules are in force for the calling
+user without privileges, gives workloads the proxy the way each tool expects it, and
+reads the proxy's access log.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+DEFAULT_PATH = Path(os.environ.get("KOOI_EGRESS_CONFIG", "/etc/kooi/egress.json"))
+SQUID = "/usr/sbin/squid"
+NFT = "/usr/sbin/nft"
+# The rules reject with "administratively prohibited": connect() from a confined uid to
+# a closed loopback port fails with EHOSTUNREACH (or EACCES), not ECONNREFUSED.
+PROBE_PORT = 9
+# How a workload reaches the proxy on the rootless engine: slirp4netns maps 10.0.2.2
+# to the host's loopback (rootlesskit --disable-host-loopback=false, roles/egress).
+ROOTLESS_HOST_LOOPBACK = "10.0.2.2"
+
+
+class EgressError(Exception):
+    """Egress is configured but not in force; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class EgressConfig:
+    port: int
+    listen: str = "127.0.0.1"
+    table: str = "kooi_egress"
+    rules_file: str = "/etc/kooi/egress/egress.nft"
+    squid_config: str = "/etc/kooi/egress/squid.conf"
+    allowlist: str = "/etc/kooi/egress/allow.txt"
+    access_log: str = "/var/log/kooi/egress/access.log"
+    pid_file: str = "/run/kooi-egress/squid.pid"
+    systemd_unit: str = ""
+    enabled: bool = True
+    extra: dict = field(default_factory=dict)
+
+
+def load(path: Path | str = DEFAULT_PATH) -> EgressConfig | None:
+    """The host's egress description, or None where egress is not configured."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise EgressError(f"{path}: cannot read the egress description: {exc}; re-run site.yml") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("port"), int):
+        raise EgressError(f"{path}: malformed egress description; re-run site.yml")
+    known = set(EgressConfig.__dataclass_fields__) - {"extra"}
+    cfg = EgressConfig(**{k: v for k, v in raw.items() if k in known},
+                       extra={k: v for k, v in raw.items() if k not in known})
+    return cfg if cfg.enabled else None
+
+
+# --- state -------------------------------------------------------------------------
+
+
+def rules_enforced(cfg: EgressConfig, timeout: float = 3.0) -> tuple[bool, str]:
+    """Are the rules in force for the calling user? Unprivileged: connect to a closed
+    loopback port; the rules answer 'administratively prohibited' (EHOSTUNREACH or
+    EACCES), an unconfined user gets ECONNREFUSED. Meaningful for confined users only
+    (the runner and its subordinate uids)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(("127.0.0.1", PROBE_PORT))
+        return False, f"127.0.0.1:{PROBE_PORT} accepted a connection (something listens there; the probe needs it closed)"
+    except OSError as exc:
+        if exc.errno in (errno.EHOSTUNREACH, errno.EACCES, errno.EPERM, errno.ENETUNREACH):
+            return True, f"127.0.0.1:{PROBE_PORT}: {os.strerror(exc.errno)} (the rules reject it)"
+        return False, f"127.0.0.1:{PROBE_PORT}: {exc.strerror or exc} (no rules in force for uid {os.geteuid()})"
+    finally:
+        s.close()
+
+
+def proxy_up(cfg: EgressConfig, timeout: float = 3.0) -> tuple[bool, str]:
+    try:
+        with socket.create_connection(("127.0.0.1", cfg.port), timeout=timeout):
+            return True, f"the proxy answers on 127.0.0.1:{cfg.port}"
+    except OSError as exc:
+        return False, f"the proxy does not answer on 127.0.0.1:{cfg.port} ({exc.strerror or exc})"
+
+
+def table_loaded(cfg: EgressConfig) -> bool:
+    """Root only: is kooi's table in the ruleset?"""
+    res = subprocess.run([NFT, "list", "table", "inet", cfg.table], capture_output=True, text=True, check=False)
+    return res.returncode == 0
+
+
+def _squid_pid(cfg: EgressConfig) -> int | None:
+    try:
+        pid = int(Path(cfg.pid_file).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return pid  # alive, someone else's (the caller is not root)
+    except OSError:
+        return None
+    return pid
+
+
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise EgressError(f"kooi egress {what} needs root (the rules and the proxy are the host's)")
+
+
+def status(cfg: EgressConfig) -> dict:
+    up, why = proxy_up(cfg)
+    out = {"proxy": {"up": up, "detail": why, "port": cfg.port, "listen": cfg.listen,
+                     "pid": _squid_pid(cfg), "systemd_unit": cfg.systemd_unit},
+           "rules": {"table": f"inet {cfg.table}", "file": cfg.rules_file}}
+    if os.geteuid() == 0:
+        out["rules"]["loaded"] = table_loaded(cfg)
+    return out
+
+
+def start(cfg: EgressConfig, timeout: float = 30.0) -> dict:
+    """Root: apply the rules if the table is missing and start the proxy if it is down
+    (hosts without systemd; on systemd hosts the units do both)."""
+    _need_root("start")
+    done = {"rules_applied": False, "started": False}
+    if not table_loaded(cfg):
+        res = subprocess.run([NFT, "-f", cfg.rules_file], capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise EgressError(f"nft -f {cfg.rules_file} failed: {res.stderr.strip()}; re-run site.yml")
+        done["rules_applied"] = True
+    if proxy_up(cfg, timeout=1)[0]:
+        return done
+    if cfg.systemd_unit and Path("/run/systemd/system").is_dir():
+        res = subprocess.run(["systemctl", "start", cfg.systemd_unit], capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise EgressError(f"systemctl start {cfg.systemd_unit} failed: {res.stderr.strip()}")
+    else:
+        Path(cfg.pid_file).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        res = subprocess.run([SQUID, "-f", cfg.squid_config], capture_output=True, text=True, check=False,
+                             stdin=subprocess.DEVNULL)
+        if res.returncode != 0:
+            raise EgressError(f"squid -f {cfg.squid_config} failed: {(res.stderr or res.stdout).strip()}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proxy_up(cfg, timeout=1)[0]:
+            done["started"] = True
+            return done
+        time.sleep(0.2)
+    raise EgressError(f"the proxy did not answer on 127.0.0.1:{cfg.port} within {timeout:.0f} s; "
+                      f"see {Path(cfg.access_log).with_name('cache.log')}")
+
+
+def stop(cfg: EgressConfig, timeout: float = 30.0) -> bool:
+    """Root: stop the proxy (the rules stay: the runner then has no egress at all)."""
+    _need_root("stop")
+    if cfg.systemd_unit and Path("/run/systemd/system").is_dir():
+        subprocess.run(["systemctl", "stop", cfg.systemd_unit], check=False)
+        return True
+    pid = _squid_pid(cfg)
+    if pid is None:
+        return False
+    subprocess.run([SQUID, "-f", cfg.squid_config, "-k", "shutdown"], capture_output=True, check=False)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _squid_pid(cfg) is not None:
+        time.sleep(0.2)
+    if _squid_pid(cfg) is not None:
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def reload(cfg: EgressConfig) -> None:
+    """Root: make a running proxy re-read its configuration and allowlist (starts it
+    if it is down)."""
+    _need_root("reload")
+    if _squid_pid(cfg) is None:
+        start(cfg)
+        return
+    res = subprocess.run([SQUID, "-f", cfg.squid_config, "-k", "reconfigure"], capture_output=True, text=True,
+                         check=False)
+    if res.returncode != 0:
+        raise EgressError(f"squid -k reconfigure failed: {(res.stderr or res.stdout).strip()}")
+
+
+# --- what a workload gets -----------------------------------------------------------
+
+
+def proxy_env(host: str, port: int, no_proxy: list[str]) -> dict[str, str]:
+    """The proxy for every tool: curl, pip, git, npm read the *_proxy variables (both
+    cases), the JVM its system properties (JAVA_TOOL_OPTIONS); Maven's settings.xml is
+    separate (maven_settings)."""
+    url = f"http://{host}:{port}"
+    skip = ["localhost", "127.0.0.1", "::1", *no_proxy]
+    java_skip = "|".join(dict.fromkeys(["localhost", "127.*", "[::1]", *no_proxy]))
+    env = {}
+    for k in ("http_proxy", "https_proxy"):
+        env[k] = env[k.upper()] = url
+    env["no_proxy"] = env["NO_PROXY"] = ",".join(dict.fromkeys(skip))
+    env["npm_config_proxy"] = env["npm_config_https_proxy"] = url
+    env["JAVA_TOOL_OPTIONS"] = (f"-Dhttp.proxyHost={host} -Dhttp.proxyPort={port} -Dhttps.proxyHost={host} "
+                                f"-Dhttps.proxyPort={port} -Dhttp.nonProxyHosts={java_skip}")
+    return env
+
+
+def maven_settings(host: str, port: int, no_proxy: list[str]) -> str:
+    """A global settings.xml with the proxy (Maven's resolver ignores the JVM's proxy
+    properties and the *_proxy variables)."""
+    skip = "|".join(dict.fromkeys(["localhost", "127.0.0.1", *no_proxy]))
+    proxies = "".join(
+        f"""    <proxy>
+      <id>kooi-egress-{proto}</id>
+      <active>true</active>
+      <protocol>{proto}</protocol>
+      <host>{host}</host>
+      <port>{port}</port>
+      <nonProxyHosts>{skip}</nonProxyHosts>
+    </proxy>
+""" for proto in ("http", "https"))
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by kooi run: the host's egress proxy (roles/egress). -->
+<settings xmlns="http://maven.apache.org/SETTINGS/1.2.0">
+  <proxies>
+{proxies}  </proxies>
+</settings>
+"""
+
+
+def container_proxy_host(mode: str, client) -> str:
+    """Where a container on the engine's default bridge reaches the proxy."""
+    if mode == "rootless":
+        return ROOTLESS_HOST_LOOPBACK
+    net = client.networks.get("bridge")
+    gw = next((c.get("Gateway") for c in (net.attrs.get("IPAM") or {}).get("Config") or [] if c.get("Gateway")),
+              None)
+    if not gw:
+        raise EgressError("the engine's default bridge has no gateway address")
+    return gw
+
+
+def build_args(cfg: EgressConfig, mode: str, client) -> dict[str, str]:
+    """Docker's predefined proxy build arguments (apt, curl, pip and npm read them; not
+    kept in the image's history): image builds fetch through the proxy too."""
+    url = f"http://{container_proxy_host(mode, client)}:{cfg.port}"
+    return {"http_proxy": url, "https_proxy": url, "HTTP_PROXY": url, "HTTPS_PROXY": url,
+            "no_proxy": "localhost,127.0.0.1", "NO_PROXY": "localhost,127.0.0.1"}
+
+
+# --- the access log -----------------------------------------------------------------
+
+
+def parse_line(line: str) -> dict | None:
+    """One line of the 'kooi' logformat: time client status/code method url server bytes ms."""
+    f = line.split()
+    if len(f) < 8 or "/" not in f[2]:
+        return None
+    try:
+        ts = float(f[0])
+        result, code = f[2].split("/", 1)
+        entry = {"time": datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds"),
+                 "client": f[1], "result": result, "status": int(code), "method": f[3], "url": f[4],
+                 "server": None if f[5] == "-" else f[5], "bytes": int(f[6]), "ms": int(f[7])}
+    except ValueError:
+        return None
+    entry["denied"] = "DENIED" in result
+    host = entry["url"]
+    if "://" in host:
+        host = host.split("://", 1)[1]
+    entry["host"] = host.split("/", 1)[0].rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+    return entry
+
+
+def read_log(cfg: EgressConfig, denied_only: bool = False, follow: bool = False,
+             poll: float = 0.5) -> Iterator[dict]:
+    path = Path(cfg.access_log)
+    try:
+        fh = open(path, errors="replace")
+    except FileNotFoundError:
+        if not follow:
+            return
+        while not path.exists():
+            time.sleep(poll)
+        fh = open(path, errors="replace")
+    with fh:
+        while True:
+            line = fh.readline()
+            if not line:
+                if not follow:
+                    return
+                time.sleep(poll)
+                continue
+            entry = parse_line(line)
+            if entry and (entry["denied"] or not denied_only):
+                yield entry
+
+
+def format_entry(e: dict) -> str:
+    verdict = "DENIED" if e["denied"] else "allowed"
+    return f"{e['time']}  {verdict:<7} {e['status']} {e['method']:<7} {e['url']}  ({e['client']}, {e['result']})"

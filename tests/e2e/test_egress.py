@@ -1,0 +1,258 @@
+"""Egress control on this machine (roles/egress through site.yml): test upstreams in a
+network namespace the tests create (HTTP, HTTPS on 443 and 8443, a UDP "resolver",
+IPv4 and IPv6; names in /etc/hosts), never a real outside address, except Maven
+Central (a registry this machine may reach) for the online Maven build.
+
+From a runner workload (kooi run, network: proxy): allowed names pass over HTTP and
+CONNECT+TLS, others are refused and logged, direct TCP/UDP/IPv6 fail, IP-literal and
+non-443 CONNECTs are refused. On the host: the runner and its subordinate uids (the
+`unshare --map-auto` bypass) are confined, root and other users are not, the runner
+cannot read or change the rules or the allowlist, and with the proxy stopped nothing
+gets out."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from kooi.run import subid_start
+
+from .conftest import KOOI, playbook
+from .test_run import host, kooi_run, project, wfdir, write_wf  # noqa: F401 - fixtures
+
+REPO = Path(__file__).resolve().parents[2]
+NS = "kooi-e2e-up"
+ADDR, ADDR6 = "10.213.0.2", "fd13:213::2"
+ALLOWED, BLOCKED, PRIVATE = "allowed.kooi.test", "blocked.kooi.test", "sneaky.kooi.test"
+HOSTS_BEGIN, HOSTS_END = "# BEGIN kooi e2e egress upstreams", "# END kooi e2e egress upstreams"
+WORK = Path("/var/tmp/kooi-e2e-egress")
+ACCESS_LOG = Path("/var/log/kooi/egress/access.log")
+
+
+def sh(*cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    res = subprocess.run(list(cmd), capture_output=True, text=True, **kw)
+    if check and res.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)}: {res.returncode}\n{res.stdout}\n{res.stderr}")
+    return res
+
+
+def _hosts(add: bool) -> None:
+    text = Path("/etc/hosts").read_text()
+    text = re.sub(rf"\n?{re.escape(HOSTS_BEGIN)}.*?{re.escape(HOSTS_END)}\n?", "\n", text, flags=re.S)
+    if add:
+        text = text.rstrip("\n") + (f"\n{HOSTS_BEGIN}\n{ADDR} {ALLOWED} {BLOCKED} {PRIVATE}\n"
+                                    f"{ADDR6} v6.kooi.test\n{HOSTS_END}\n")
+    Path("/etc/hosts").write_text(text)
+
+
+def _egress_vars(allow: list[str], private: list[str]) -> str:
+    return json.dumps({"kooi_egress_allow": allow, "kooi_egress_private_hosts": private})
+
+
+@pytest.fixture(scope="module")
+def upstreams(host):
+    """The namespace, its servers, the test CA, /etc/hosts names, and site.yml's egress
+    role run with an allowlist naming them (restored afterwards)."""
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    ca, cert = WORK / "ca.pem", WORK / "server.pem"
+    sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=kooi e2e test CA",
+       "-keyout", str(WORK / "ca.key"), "-out", str(ca))
+    sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={ALLOWED}",
+       "-keyout", str(WORK / "server.key"), "-out", str(WORK / "server.csr"))
+    (WORK / "san.ext").write_text(f"subjectAltName=DNS:{ALLOWED},DNS:{BLOCKED},DNS:{PRIVATE},IP:{ADDR}\n")
+    sh("openssl", "x509", "-req", "-in", str(WORK / "server.csr"), "-CA", str(ca), "-CAkey", str(WORK / "ca.key"),
+       "-CAcreateserial", "-days", "2", "-extfile", str(WORK / "san.ext"), "-out", str(cert))
+    sh("ip", "netns", "del", NS, check=False)
+    sh("ip", "link", "del", "kooi-up0", check=False)
+    sh("ip", "netns", "add", NS)
+    sh("ip", "link", "add", "kooi-up0", "type", "veth", "peer", "name", "up1", "netns", NS)
+    sh("ip", "addr", "add", "10.213.0.1/24", "dev", "kooi-up0")
+    sh("ip", "-6", "addr", "add", "fd13:213::1/64", "dev", "kooi-up0", "nodad")
+    sh("ip", "link", "set", "kooi-up0", "up")
+    for cmd in (["addr", "add", f"{ADDR}/24", "dev", "up1"], ["-6", "addr", "add", f"{ADDR6}/64", "dev", "up1", "nodad"],
+                ["link", "set", "up1", "up"], ["link", "set", "lo", "up"]):
+        sh("ip", "-n", NS, *cmd)
+    server = subprocess.Popen(["ip", "netns", "exec", NS, "python3", str(REPO / "tests/e2e/upstream_server.py"),
+                               str(cert), str(WORK / "server.key")], stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline().strip() == "ready"
+    _hosts(True)
+    # The names the tests use: ALLOWED may resolve to the (private) namespace address,
+    # PRIVATE is allowlisted but not named as private: the guard must refuse it.
+    playbook("--tags", "egress", "-e", _egress_vars([ALLOWED, PRIVATE], [ALLOWED]))
+    sh(KOOI, "egress", "reload")  # Squid reads /etc/hosts when it (re)loads
+    try:
+        yield {"ca": ca}
+    finally:
+        server.kill()
+        server.wait()
+        _hosts(False)
+        sh("ip", "netns", "del", NS, check=False)
+        sh("ip", "link", "del", "kooi-up0", check=False)
+        playbook("--tags", "egress")
+        sh(KOOI, "egress", "start")
+        shutil.rmtree(WORK, ignore_errors=True)
+
+
+@pytest.fixture
+def probe_wf(wfdir, upstreams):
+    write_wf(wfdir, "egress-probe", {
+        "command": ["python3", "/workspace/probe.py"], "network": "proxy", "timeout": 300,
+        "environment": {"KOOI_PROBE_ALLOWED": ALLOWED, "KOOI_PROBE_BLOCKED": BLOCKED, "KOOI_PROBE_PRIVATE": PRIVATE,
+                        "KOOI_PROBE_ADDR": ADDR, "KOOI_PROBE_ADDR6": ADDR6, "KOOI_PROBE_CA": "/workspace/ca.pem"}})
+    return wfdir
+
+
+def run_probe(host, wfdir, project, user: str | None = None) -> tuple[dict, dict]:
+    proj = project("egress-probe")
+    shutil.copy(WORK / "ca.pem", proj / "ca.pem")
+    shutil.chown(proj / "ca.pem", host["runner_user"], host["runner_user"])
+    res, result = kooi_run("egress-probe", proj, wfdir, user=user)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr
+    line = next((x for x in res.stdout.splitlines() if x.startswith("KOOI-PROBE ")), None)
+    assert line, res.stdout[-3000:]
+    return json.loads(line.split(" ", 1)[1]), result
+
+
+def host_connect(user: str | None, addr: str, port: int = 80, prefix: tuple[str, ...] = ()) -> str:
+    """Connect as USER (None: root) from the host's network namespace; returns 'ok' or
+    the errno name."""
+    code = (f"import socket,errno\ns=socket.socket(socket.AF_INET6 if ':' in {addr!r} else socket.AF_INET)\n"
+            f"s.settimeout(8)\ntry:\n s.connect(({addr!r},{port})); print('ok')\n"
+            f"except OSError as e:\n print(errno.errorcode.get(e.errno, str(e)))\n")
+    cmd = [*prefix, "python3", "-c", code]
+    if user:
+        cmd = ["runuser", "-u", user, "--", *cmd]
+    return sh(*cmd).stdout.strip()
+
+
+def test_a_workload_gets_out_only_through_the_proxy_and_only_to_allowed_names(host, probe_wf, project):
+    since = time.time()
+    out, result = run_probe(host, probe_wf, project)
+    assert result["egress"]["proxy"] == out["proxy"] == "http://10.0.2.2:3128", (result, out)
+    assert result["egress"]["proxy_up"] and "rules reject" in result["egress"]["rules"]
+    ok = out["http_allowed"]
+    assert ok["code"] == 200 and ok["body"] == f"kooi-upstream {ALLOWED} /probe", ok
+    tls = out["https_allowed"]
+    assert tls["code"] == 200 and tls["connect"] == 200 and tls["body"].startswith("kooi-upstream"), tls
+    assert out["http_blocked"]["code"] == 403, out["http_blocked"]
+    assert out["https_blocked"]["connect"] == 403 and out["https_blocked"]["rc"] != 0, out["https_blocked"]
+    assert out["private_guard"]["code"] == 403, out["private_guard"]  # allowlisted, resolves privately
+    assert out["connect_ip_literal"]["connect"] == 403, out["connect_ip_literal"]
+    assert out["connect_8443"]["connect"] == 403, out["connect_8443"]
+    assert not out["direct_tcp"]["connected"] and not out["direct_tls_port"]["connected"], out
+    assert not out["direct_udp_dns"]["answered"], out["direct_udp_dns"]
+    assert not out["direct_ipv6"]["connected"], out["direct_ipv6"]
+    # The refusals are in the proxy's log, readable through kooi egress log.
+    log = sh(KOOI, "egress", "log", "--denied", "--json").stdout.splitlines()
+    denied = [json.loads(x) for x in log]
+    recent = {(e["method"], e["host"]) for e in denied if datetime.fromisoformat(e["time"]).timestamp() >= since - 5}
+    assert ("GET", BLOCKED) in recent and ("CONNECT", BLOCKED) in recent and ("GET", PRIVATE) in recent, recent
+    assert ("CONNECT", ADDR) in recent and ("CONNECT", ALLOWED) in recent, recent
+    text = sh(KOOI, "egress", "log", "--denied").stdout
+    assert re.search(rf"DENIED\s+403 GET\s+http://{re.escape(BLOCKED)}/probe", text), text[-2000:]
+
+
+@pytest.fixture
+def v6_listener():
+    """An IPv6 upstream on ::1 (IPv6 neighbour discovery does not work across veth
+    pairs on these machines, so the namespace's IPv6 address is unreachable for all)."""
+    srv = socket.socket(socket.AF_INET6)
+    srv.bind(("::1", 0))
+    srv.listen(16)
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        srv.close()
+
+
+def test_the_upstreams_answer_root_and_other_users_directly(upstreams, v6_listener):
+    """The negative control: the same targets are reachable by anyone the rules do not
+    confine, so the refusals above are the rules' doing."""
+    assert host_connect(None, ADDR) == "ok"
+    assert host_connect("nobody", ADDR) == "ok"
+    assert host_connect(None, "::1", v6_listener) == "ok"
+    assert host_connect("nobody", "::1", v6_listener) == "ok"
+    udp = sh("python3", "-c", "import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(4);"
+             f"s.sendto(b'x',('{ADDR}',53));print(s.recvfrom(9)[0])").stdout
+    assert "b'x'" in udp
+
+
+def test_the_runner_and_its_subordinate_uids_are_confined_on_the_host(host, upstreams, v6_listener):
+    runner = host["runner_user"]
+    assert host_connect(runner, ADDR) == "EHOSTUNREACH"
+    assert host_connect(runner, "::1", v6_listener) == "EACCES"  # ICMPv6 admin-prohibited
+    # Loopback: only the proxy port.
+    assert host_connect(runner, "127.0.0.1", 3128) == "ok"
+    assert host_connect(runner, "127.0.0.1", 9) == "EHOSTUNREACH"
+    # The bypass: a user namespace mapping the runner's subordinate ids, in the host's
+    # network namespace, switched to a subordinate uid (host uid = subuid start).
+    bypass = ("unshare", "--user", "--map-auto", "--setuid", "0", "--setgid", "0")
+    mapped = sh("runuser", "-u", runner, "--", *bypass, "sh", "-c", "id -u; cat /proc/self/uid_map").stdout.split()
+    start = str(subid_start(runner))
+    assert mapped[0] == "0" and mapped[1:3] == ["0", start], mapped  # uid 0 inside = host uid START
+    assert host_connect(runner, ADDR, prefix=bypass) == "EHOSTUNREACH"
+    # kooi egress status, as the runner: the unprivileged probe sees the rules.
+    st = json.loads(sh("runuser", "-u", runner, "--", KOOI, "egress", "status", "--json").stdout)
+    assert st["rules"]["enforced_for_caller"] and st["proxy"]["up"], st
+
+
+def test_the_runner_can_neither_read_nor_change_rules_or_allowlist(host, upstreams):
+    runner = host["runner_user"]
+    for cmd in (["cat", "/etc/kooi/egress/allow.txt"], ["nft", "list", "ruleset"],
+                ["nft", "delete", "table", "inet", "kooi_egress"], ["touch", "/etc/kooi/egress/allow.txt"],
+                [KOOI, "egress", "stop"]):
+        res = sh("runuser", "-u", runner, "--", *cmd, check=False)
+        assert res.returncode != 0, (cmd, res.stdout)
+    assert "table inet kooi_egress" in sh("nft", "list", "table", "inet", "kooi_egress").stdout
+
+
+def test_with_the_proxy_stopped_nothing_gets_out(host, probe_wf, project):
+    sh(KOOI, "egress", "stop")
+    try:
+        # As the runner: a root-started run would start the proxy again first.
+        out, result = run_probe(host, probe_wf, project, user=host["runner_user"])
+    finally:
+        sh(KOOI, "egress", "start")
+    assert result["egress"]["proxy_up"] is False
+    assert any("no egress at all" in w for w in result["warnings"]), result["warnings"]
+    assert out["http_allowed"]["code"] == 0 and out["https_allowed"]["connect"] == 0, out
+    assert not out["direct_tcp"]["connected"], out
+
+
+def test_a_host_without_rules_refuses_to_give_a_workload_a_network(host, probe_wf, project):
+    """Fail-closed: with kooi's table gone (a flushed ruleset, a reboot without systemd)
+    a runner-started run refuses; a root-started one re-applies the rules first."""
+    sh("nft", "delete", "table", "inet", "kooi_egress")
+    try:
+        proj = project("egress-probe")
+        res, result = kooi_run("egress-probe", proj, probe_wf, user=host["runner_user"])
+        assert res.returncode == 125 and result["reason"] == "unavailable", (res.returncode, result)
+        assert "egress rules are not in force" in result["message"]
+    finally:
+        out = json.loads(sh(KOOI, "egress", "start", "--json").stdout)
+    assert out["rules_applied"] is True
+    assert host_connect(host["runner_user"], ADDR) == "EHOSTUNREACH"
+
+
+def test_the_maven_example_downloads_its_dependencies_through_the_proxy(host, wfdir, project, upstreams):
+    shutil.copy(REPO / "examples/workflows/maven-online.yml", wfdir / "maven-online.yml")
+    size = ACCESS_LOG.stat().st_size
+    res, result = kooi_run("maven-online", project(), wfdir, timeout=1800)
+    assert res.returncode == 0 and "BUILD SUCCESS" in res.stdout, res.stdout[-4000:] + res.stderr
+    assert result["egress"]["proxy"] == "http://10.0.2.2:3128", result
+    with ACCESS_LOG.open() as fh:
+        fh.seek(size)
+        tunnels = [line.split() for line in fh if "CONNECT repo.maven.apache.org:443" in line]
+    # Every artifact came through the proxy: the tunnels carried megabytes.
+    assert tunnels and all(t[2] == "TCP_TUNNEL/200" for t in tunnels), tunnels[:5]
+    assert sum(int(t[6]) for t in tunnels) > 1_000_000, tunnels
