@@ -7,7 +7,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 [ "$(id -u)" = 0 ] || { echo "bootstrap: run as root (it installs packages)" >&2; exit 2; }
 export DEBIAN_FRONTEND=noninteractive
 need=(docker.io rootlesskit uidmap slirp4netns dbus-user-session iproute2 debootstrap
-      busybox-static python3 python3-venv python3-docker python3-yaml rsync sudo)
+      busybox-static python3 python3-venv python3-docker python3-yaml rsync sudo curl openssl)
 missing=()
 for p in "${need[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -8,6 +8,7 @@ fail and every other one still passes, and restores the host.
 from __future__ import annotations
 
 import contextlib
+import json
 import shlex
 
 import pytest
@@ -59,7 +60,8 @@ def test_runner_with_sudo(host, ctx):
 def test_duplicate_subuid_range(host, ctx):
     with backup(host, "/etc/subuid"):
         host.run(f"echo '{ctx.runner}:900000:65536' >> /etc/subuid")
-        assert failing(host, ctx) == {"HOST-SUBID-RANGES"}
+        # A range the egress rules do not know is a way out as well.
+        assert failing(host, ctx) == {"HOST-SUBID-RANGES", "NET-EGRESS-RULES"}
 
 
 def test_overlapping_subuid_range(host, ctx):
@@ -162,3 +164,37 @@ def test_authorization_plugin_down_fails_closed_and_is_reported(host, ctx):
     back = host.run(ctx.as_runner("docker ps -q"))
     assert back.rc == 0, back.stderr
     assert host.run("pidof dockerd").stdout.strip() == dockerd
+
+
+def egress(host) -> dict:
+    f = host.file("/etc/kooi/egress.json")
+    assert f.exists, "egress control is on by default and in every scenario: /etc/kooi/egress.json is missing"
+    return json.loads(f.content_string)
+
+
+def test_egress_rules_gone(host, ctx):
+    eg = egress(host)
+    assert host.run(f"nft delete table inet {eg['table']}").rc == 0
+    try:
+        assert failing(host, ctx) == {"NET-EGRESS-RULES", "NET-EGRESS-CONFINED"}
+    finally:
+        assert host.run(f"nft -f {shlex.quote(eg['rules_file'])}").rc == 0
+
+
+def test_egress_allowlist_readable_by_all(host, ctx):
+    eg = egress(host)
+    path = shlex.quote(eg["allowlist"])
+    host.run(f"chmod 0644 {path}; chmod 0755 $(dirname {path})")
+    try:
+        assert failing(host, ctx) == {"NET-EGRESS-PROXY", "POL-EGRESS"}
+    finally:
+        host.run(f"chmod 0640 {path}; chmod 0750 $(dirname {path})")
+
+
+def test_egress_proxy_stopped(host, ctx):
+    egress(host)
+    assert host.run("/usr/local/bin/kooi egress stop").rc == 0
+    try:
+        assert failing(host, ctx) == {"NET-EGRESS-CONFINED", "NET-EGRESS-PROXY"}
+    finally:
+        assert host.run("/usr/local/bin/kooi egress start").rc == 0

@@ -15,7 +15,9 @@ import json
 import os
 import signal
 import socket
+import socketserver
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -257,6 +259,112 @@ def build_args(cfg: EgressConfig, mode: str, client) -> dict[str, str]:
     url = f"http://{container_proxy_host(mode, client)}:{cfg.port}"
     return {"http_proxy": url, "https_proxy": url, "HTTP_PROXY": url, "HTTPS_PROXY": url,
             "no_proxy": "localhost,127.0.0.1", "NO_PROXY": "localhost,127.0.0.1"}
+
+
+# --- jails: a unix-socket bridge to the proxy ----------------------------------------
+
+# Runs inside the jail (its own network namespace: only lo): listen on the proxy's port
+# at 127.0.0.1, start the workload, relay each connection to the bridge socket, exit
+# with the workload's status. Passed to the host's python3 with -c.
+JAIL_FORWARDER = r"""
+import os, socket, sys, threading
+path, port, cmd = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", port))
+srv.listen(64)
+pid = os.fork()
+if pid == 0:
+    srv.close()
+    try:
+        os.execvp(cmd[0], cmd)
+    except OSError as exc:
+        print(f"kooi: cannot run {cmd[0]}: {exc.strerror}", file=sys.stderr, flush=True)
+        os._exit(127)
+def pump(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    try:
+        b.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+def serve():
+    while True:
+        c, _ = srv.accept()
+        u = socket.socket(socket.AF_UNIX)
+        try:
+            u.connect(path)
+        except OSError:
+            c.close()
+            continue
+        threading.Thread(target=pump, args=(c, u), daemon=True).start()
+        threading.Thread(target=pump, args=(u, c), daemon=True).start()
+threading.Thread(target=serve, daemon=True).start()
+_, status = os.waitpid(pid, 0)
+code = os.waitstatus_to_exitcode(status)
+os._exit(code if code >= 0 else 128 - code)
+"""
+
+
+class JailBridge:
+    """Host side: a unix socket (in a directory only the runner can enter) whose every
+    connection is relayed to the proxy on 127.0.0.1 — the one destination the rules
+    allow the runner. The jail gets the socket, never a network."""
+
+    def __init__(self, directory: Path, port: int):
+        self.dir, self.port = directory, port
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)
+        self.path = self.dir / "proxy.sock"
+        self.path.unlink(missing_ok=True)
+        bridge = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                try:
+                    up = socket.create_connection(("127.0.0.1", bridge.port), timeout=30)
+                except OSError:
+                    return
+                up.settimeout(None)
+                self.request.settimeout(None)
+                t = threading.Thread(target=_relay, args=(up, self.request), daemon=True)
+                t.start()
+                _relay(self.request, up)
+                t.join()
+                up.close()
+
+        class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+            daemon_threads = True
+
+        self.server = Server(str(self.path), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="kooi-jail-bridge", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.path.unlink(missing_ok=True)
+
+
+def _relay(a: socket.socket, b: socket.socket) -> None:
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    try:
+        b.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
 
 
 # --- the access log -----------------------------------------------------------------

@@ -589,7 +589,12 @@ class BrokeredEngine:
 # --- jail mode ----------------------------------------------------------------------
 
 
-def bwrap_argv(wf: Workflow, project: Path) -> list[str]:
+JAIL_PROXY_DIR = "/run/kooi"
+
+
+def bwrap_argv(wf: Workflow, project: Path, proxy: tuple[Path, int] | None = None) -> list[str]:
+    """PROXY: (the bridge's directory, the proxy port) for network: proxy: the jail gets
+    the bridge socket and a forwarder on its own loopback, never a network."""
     if not shutil.which("bwrap"):
         raise RunError("unavailable", EXIT_UNAVAILABLE, "bwrap is missing (package bubblewrap); re-run site.yml")
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -604,19 +609,53 @@ def bwrap_argv(wf: Workflow, project: Path) -> list[str]:
              "--bind", str(project), WORKSPACE, "--chdir", str(Path(WORKSPACE) / wf.workdir),
              "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
              "--setenv", "HOME", "/tmp/home", "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp"]
-    for k, v in wf.environment.items():
+    env: dict[str, str] = {}
+    command = list(wf.command)
+    if proxy is not None:
+        from . import egress
+
+        bridge_dir, port = proxy
+        argv += ["--bind", str(bridge_dir), JAIL_PROXY_DIR]
+        env = egress.proxy_env("127.0.0.1", port, [])
+        env["MAVEN_ARGS"] = f"--global-settings {JAIL_PROXY_DIR}/maven-settings.xml"
+        command = ["/usr/bin/python3", "-I", "-c", egress.JAIL_FORWARDER, f"{JAIL_PROXY_DIR}/proxy.sock",
+                   str(port), *command]
+    for k, v in {**env, **wf.environment}.items():
         argv += ["--setenv", k, v]
-    return argv + ["--", *wf.command]
+    return argv + ["--", *command]
 
 
-def run_jail(wf: Workflow, project: Path, res: Result, log: Log, interrupted: Callable[[], int | None]) -> int:
+def run_jail(wf: Workflow, project: Path, res: Result, log: Log, interrupted: Callable[[], int | None],
+             run_dir: Path = RUN_DIR) -> int:
     for key in ("memory", "pids", "cpus"):
         value = getattr(wf.limits, key)
         if value is not None:
             res.limits[key] = {"requested": value, "enforced": False}
             res.warnings.append(f"limit {key}={value} is not enforced in jail mode")
             log.note(f"warning: limit {key}={value} is not enforced in jail mode")
-    argv = bwrap_argv(wf, project)
+    bridge = None
+    if wf.network == "proxy":
+        from . import egress
+
+        eg = _egress_config()
+        if eg is None:
+            raise RunError("refused", EXIT_REFUSED,
+                           f"workflow {wf.name} asks for network: proxy, but this host has no egress control "
+                           "(kooi_egress_enabled=false or not provisioned); enable it and re-run site.yml")
+        _egress_preflight(eg, res, log)
+        bridge = egress.JailBridge(run_dir / "jails" / secrets.token_hex(8), eg.port)
+        (bridge.dir / "maven-settings.xml").write_text(egress.maven_settings("127.0.0.1", eg.port, []))
+        res.egress["proxy"] = f"http://127.0.0.1:{eg.port}"
+        log.note("egress: through the proxy only (a socket bridge; the jail has no network)")
+    try:
+        return _run_bwrap(bwrap_argv(wf, project, (bridge.dir, eg.port) if bridge else None), wf, log, interrupted)
+    finally:
+        if bridge is not None:
+            bridge.close()
+            shutil.rmtree(bridge.dir, ignore_errors=True)
+
+
+def _run_bwrap(argv: list[str], wf: Workflow, log: Log, interrupted: Callable[[], int | None]) -> int:
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     assert proc.stdout is not None
@@ -717,17 +756,18 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             import docker.types  # noqa: F401
             import requests  # noqa: F401
 
-            from . import authz, broker, egress, policy  # noqa: F401
+            from . import authz, broker, policy  # noqa: F401
+        from . import egress
 
-            if os.geteuid() == 0 and (wf.network == "proxy" or wf.testcontainers):
-                # Root (cron, a pipeline): re-apply the rules and start the proxy where
-                # no service manager does (hosts without systemd, after a reboot).
-                eg = _egress_config()
-                if eg is not None:
-                    try:
-                        egress.start(eg)
-                    except egress.EgressError as exc:
-                        raise RunError("unavailable", EXIT_UNAVAILABLE, f"egress: {exc}") from None
+        if os.geteuid() == 0 and (wf.network == "proxy" or wf.testcontainers):
+            # Root (cron, a pipeline): re-apply the rules and start the proxy where no
+            # service manager does (hosts without systemd, after a reboot).
+            eg = _egress_config()
+            if eg is not None:
+                try:
+                    egress.start(eg)
+                except egress.EgressError as exc:
+                    raise RunError("unavailable", EXIT_UNAVAILABLE, f"egress: {exc}") from None
         drop_to_runner(cfg)
         project = check_project(project, cfg)
         res.project = str(project)
@@ -746,7 +786,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         if wf.mode == "container":
             res.exit_code = run_container(wf, cfg, project, run_id, res, log, interrupted, run_dir)
         else:
-            res.exit_code = run_jail(wf, project, res, log, interrupted)
+            res.exit_code = run_jail(wf, project, res, log, interrupted, run_dir)
         res.reason = "ok" if res.exit_code == 0 else "failed"
         res.message = "the workload succeeded" if res.exit_code == 0 else \
             f"the workload exited with {res.exit_code}"

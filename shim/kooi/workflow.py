@@ -166,9 +166,6 @@ def validate(data: Any, source: str) -> list[str]:
     if not msgs and isinstance(data, dict):
         if data.get("mode") == "jail" and "image" in data:
             msgs.append(f"{source}: key 'image': only container mode runs an image; remove it for mode jail")
-        if data.get("mode") == "jail" and data.get("network", "none") != "none":
-            msgs.append(f"{source}: key 'network': a jail has no network (network: none); "
-                        "use mode container for network: proxy")
         if data.get("mode") == "jail" and data.get("testcontainers"):
             msgs.append(f"{source}: key 'testcontainers': a jail gets no container engine; use mode container")
         wd = data.get("workdir", ".")

@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kooi.run import subid_start
 
@@ -173,6 +174,25 @@ def v6_listener():
         yield srv.getsockname()[1]
     finally:
         srv.close()
+
+
+def test_a_jail_gets_out_only_through_its_socket_bridge_to_the_proxy(host, probe_wf, project):
+    """Jail mode has no network at all; network: proxy adds a unix-socket bridge to the
+    proxy and a forwarder on the jail's own loopback."""
+    data = yaml.safe_load((probe_wf / "egress-probe.yml").read_text())
+    write_wf(probe_wf, "egress-probe-jail", {**data, "mode": "jail"})
+    proj = project("egress-probe")
+    shutil.copy(WORK / "ca.pem", proj / "ca.pem")
+    shutil.chown(proj / "ca.pem", host["runner_user"], host["runner_user"])
+    res, result = kooi_run("egress-probe-jail", proj, probe_wf)
+    assert res.returncode == 0 and result["isolation"] == "jail", res.stdout[-3000:] + res.stderr
+    out = json.loads(next(x for x in res.stdout.splitlines() if x.startswith("KOOI-PROBE ")).split(" ", 1)[1])
+    assert out["proxy"] == result["egress"]["proxy"] == "http://127.0.0.1:3128", (out["proxy"], result["egress"])
+    assert out["http_allowed"]["code"] == 200 and out["https_allowed"]["code"] == 200, out
+    assert out["http_blocked"]["code"] == 403 and out["https_blocked"]["connect"] == 403, out
+    assert out["connect_ip_literal"]["connect"] == 403 and out["connect_8443"]["connect"] == 403, out
+    assert not out["direct_tcp"]["connected"] and "unreachable" in out["direct_tcp"]["err"], out["direct_tcp"]
+    assert not out["direct_udp_dns"]["answered"], out
 
 
 def test_the_upstreams_answer_root_and_other_users_directly(upstreams, v6_listener):

@@ -116,3 +116,42 @@ def test_a_missing_or_malformed_description(tmp_path):
     off = tmp_path / "off.json"
     off.write_text('{"port": 3128, "enabled": false}')
     assert egress.load(off) is None
+
+
+def test_the_jail_forwarder_relays_to_the_bridge_and_returns_the_workload_status(tmp_path):
+    """The forwarder kooi runs inside a jail (here without bwrap): it listens on a
+    loopback port, starts the workload, relays to the bridge's unix socket, and exits
+    with the workload's status; the host-side JailBridge relays to a TCP listener
+    standing in for the proxy."""
+    import subprocess
+    import sys
+    import threading
+
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen(4)
+
+    def echo_upper() -> None:
+        c, _ = upstream.accept()
+        c.sendall(c.recv(100).upper())
+        c.close()
+
+    threading.Thread(target=echo_upper, daemon=True).start()
+    bridge = egress.JailBridge(tmp_path / "bridge", upstream.getsockname()[1])
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()
+    client = ("import socket,sys\ns=socket.create_connection(('127.0.0.1',%d))\ns.sendall(b'through the bridge')\n"
+              "print(s.recv(100).decode())\nsys.exit(7)\n" % port)
+    try:
+        res = subprocess.run([sys.executable, "-I", "-c", egress.JAIL_FORWARDER, str(bridge.path), str(port),
+                              sys.executable, "-c", client], capture_output=True, text=True, timeout=30)
+    finally:
+        bridge.close()
+        upstream.close()
+    assert res.returncode == 7, res.stderr
+    assert res.stdout.strip() == "THROUGH THE BRIDGE"
+    missing = subprocess.run([sys.executable, "-I", "-c", egress.JAIL_FORWARDER, str(tmp_path / "x.sock"), "0",
+                              "/nonexistent/cmd"], capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 127 and "cannot run /nonexistent/cmd" in missing.stderr

@@ -50,7 +50,6 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     ("command: [x]\nworkdir: sub/../../x\n", "leaves the project"),
     ("command: [x]\nmode: jail\nimage: runner\n", "only container mode runs an image"),
     ("command: [x]\nmode: jail\ntestcontainers: true\n", "a jail gets no container engine"),
-    ("command: [x]\nmode: jail\nnetwork: proxy\n", "a jail has no network"),
     ("command: [x]\ntestcontainers: 'yes'\n", "key 'testcontainers': 'yes' is not of type 'boolean'"),
     ("command: [x]\nname: other\n", "differs from the file name"),
     ("- command\n", "a workflow is a YAML mapping"),
