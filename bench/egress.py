@@ -8,6 +8,8 @@ its allowlist stay untouched). As root, side by side, alternating:
 
 1. bulk download: GET of N MiB, direct vs through the proxy (HTTP), and over TLS
    direct vs CONNECT through the proxy; median throughput of R runs and the ratio;
+   unpaced (a loopback copy, CPU-bound) and with the upstream paced at a network-like
+   rate (--pace MiB/s, what a registry download looks like);
 2. latency per request: a fresh connection + a small GET, direct vs through the
    proxy; medians of C requests and the added milliseconds.
 
@@ -124,15 +126,17 @@ def fetch(path: str, proxy: bool, tls: bool, ca: Path) -> int:
     return n
 
 
-def bulk(mib: int, runs: int, ca: Path) -> None:
-    print(f"\n## bulk download, {mib} MiB, median of {runs} (MiB/s)")
+def bulk(mib: int, runs: int, ca: Path, pace: float = 0) -> None:
+    how = f"upstream paced at {pace:g} MiB/s" if pace else "unpaced (a loopback copy: CPU-bound)"
+    print(f"\n## bulk download, {mib} MiB, {how}, median of {runs} (MiB/s)")
     print("| path | direct | through the proxy | ratio proxy / direct |\n|---|---|---|---|")
+    suffix = f"/{pace:g}" if pace else ""
     for tls in (False, True):
         rates: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(runs):
             for proxy in (False, True):
                 t0 = time.perf_counter()
-                n = fetch(f"/bytes/{mib << 20}", proxy, tls, ca)
+                n = fetch(f"/bytes/{mib << 20}{suffix}", proxy, tls, ca)
                 rates[proxy].append(n / (1 << 20) / (time.perf_counter() - t0))
         d, p = statistics.median(rates[False]), statistics.median(rates[True])
         print(f"| {'HTTPS (CONNECT)' if tls else 'HTTP'} | {d:.0f} | {p:.0f} | {p / d:.2f}x |")
@@ -159,12 +163,15 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--pace", type=float, default=50, help="MiB/s of the paced download (0: skip it)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kooi-bench-egress-", dir="/var/tmp"))
     upstream, squid, ca = setup(work)
     try:
         latency(args.calls, ca)
         bulk(args.mib, args.runs, ca)
+        if args.pace:
+            bulk(min(args.mib, int(args.pace * 4)), args.runs, ca, args.pace)
     finally:
         teardown(upstream, squid)
         shutil.rmtree(work, ignore_errors=True)

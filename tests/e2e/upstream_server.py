@@ -1,7 +1,8 @@
 """Test upstreams for the egress tests, run inside a network namespace the tests
 create (never a real outside address): HTTP on :80, HTTPS on :443 and :8443 (a
 certificate from the tests' own CA), a UDP echo on :53 (an "outside resolver"), on
-IPv4 and IPv6. GET /bytes/N answers N bytes (benchmarks); other paths answer
+IPv4 and IPv6. GET /bytes/N[/RATE] answers N bytes, paced at RATE MiB/s if given
+(benchmarks); other paths answer
 "kooi-upstream <host> <path>".
 
 Usage: python3 upstream_server.py CERT KEY
@@ -15,14 +16,24 @@ import socketserver
 import ssl
 import sys
 import threading
+import time
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out as separate writes: without TCP_NODELAY a reused
+    # connection (the proxy keeps them) waits for a delayed ACK (~40 ms) in between.
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if self.path.startswith("/bytes/"):
-            n = int(self.path.split("/")[2])
+            # /bytes/N or /bytes/N/RATE: N bytes, optionally paced at RATE MiB/s (a
+            # network-speed download rather than a loopback copy).
+            parts = self.path.split("/")
+            n = int(parts[2])
+            rate = float(parts[3]) * (1 << 20) if len(parts) > 3 else 0.0
+            t0 = time.monotonic()
+            sent = 0
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(n))
@@ -31,6 +42,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             while n > 0:
                 self.wfile.write(chunk[:min(n, len(chunk))])
                 n -= len(chunk)
+                sent += len(chunk)
+                if rate:
+                    ahead = sent / rate - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
             return
         body = f"kooi-upstream {self.headers.get('Host', '-')} {self.path}\n".encode()
         self.send_response(200)
