@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kooi import egress
@@ -49,6 +49,7 @@ def test_unknown_presets_and_wrong_types_are_named():
         flt.kooi_egress_hosts([".internal.example"])
 
 
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.text(alphabet="abc.-*:/0123456789 ", max_size=20), max_size=6))
 def test_any_input_gives_a_clean_list_or_a_named_error(entries):
     try:
