@@ -24,6 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
+from .jailfwd import relay
+
 DEFAULT_PATH = Path(os.environ.get("KOOI_EGRESS_CONFIG", "/etc/kooi/egress.json"))
 SQUID = "/usr/sbin/squid"
 NFT = "/usr/sbin/nft"
@@ -263,53 +265,9 @@ def build_args(cfg: EgressConfig, mode: str, client) -> dict[str, str]:
 
 # --- jails: a unix-socket bridge to the proxy ----------------------------------------
 
-# Runs inside the jail (its own network namespace: only lo): listen on the proxy's port
-# at 127.0.0.1, start the workload, relay each connection to the bridge socket, exit
-# with the workload's status. Passed to the host's python3 with -c.
-JAIL_FORWARDER = r"""
-import os, socket, sys, threading
-path, port, cmd = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-srv = socket.socket()
-srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("127.0.0.1", port))
-srv.listen(64)
-pid = os.fork()
-if pid == 0:
-    srv.close()
-    try:
-        os.execvp(cmd[0], cmd)
-    except OSError as exc:
-        print(f"kooi: cannot run {cmd[0]}: {exc.strerror}", file=sys.stderr, flush=True)
-        os._exit(127)
-def pump(a, b):
-    try:
-        while True:
-            data = a.recv(65536)
-            if not data:
-                break
-            b.sendall(data)
-    except OSError:
-        pass
-    try:
-        b.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-def serve():
-    while True:
-        c, _ = srv.accept()
-        u = socket.socket(socket.AF_UNIX)
-        try:
-            u.connect(path)
-        except OSError:
-            c.close()
-            continue
-        threading.Thread(target=pump, args=(c, u), daemon=True).start()
-        threading.Thread(target=pump, args=(u, c), daemon=True).start()
-threading.Thread(target=serve, daemon=True).start()
-_, status = os.waitpid(pid, 0)
-code = os.waitstatus_to_exitcode(status)
-os._exit(code if code >= 0 else 128 - code)
-"""
+# The forwarder inside the jail (kooi/jailfwd.py, standard library only): its source
+# goes to the host's python3 with -c, since the kooi package is not in the jail.
+JAIL_FORWARDER = Path(__file__).with_name("jailfwd.py").read_text()
 
 
 class JailBridge:
@@ -333,9 +291,9 @@ class JailBridge:
                     return
                 up.settimeout(None)
                 self.request.settimeout(None)
-                t = threading.Thread(target=_relay, args=(up, self.request), daemon=True)
+                t = threading.Thread(target=relay, args=(up, self.request), daemon=True)
                 t.start()
-                _relay(self.request, up)
+                relay(self.request, up)
                 t.join()
                 up.close()
 
@@ -350,21 +308,6 @@ class JailBridge:
         self.server.shutdown()
         self.server.server_close()
         self.path.unlink(missing_ok=True)
-
-
-def _relay(a: socket.socket, b: socket.socket) -> None:
-    try:
-        while True:
-            data = a.recv(65536)
-            if not data:
-                break
-            b.sendall(data)
-    except OSError:
-        pass
-    try:
-        b.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
 
 
 # --- the access log -----------------------------------------------------------------

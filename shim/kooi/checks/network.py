@@ -25,6 +25,19 @@ def _egress(host) -> dict | None:
     return json.loads(f.content_string) if f.exists else None
 
 
+def egress_check(id: str, title: str, threat: str):
+    """A check that applies where egress control is configured; it gets the host's
+    egress description as a third argument."""
+    def deco(func):
+        def run(host, ctx):
+            eg = _egress(host)
+            return (NA, DISABLED) if eg is None else func(host, ctx, eg)
+        run.__name__ = func.__name__
+        check(id, title, threat)(run)
+        return func
+    return deco
+
+
 def _subuid_ranges(host, user: str) -> list[tuple[int, int]]:
     out = []
     for line in host.file("/etc/subuid").content_string.splitlines():
@@ -40,12 +53,9 @@ def _probe(host, prefix: str = "", port: int = 9) -> str:
     return res.stdout.strip() or f"(no result: rc={res.rc} {res.stderr.strip()[-160:]})"
 
 
-@check("NET-EGRESS-RULES", "kooi's nftables table is loaded and confines the runner and its subordinate uids",
+@egress_check("NET-EGRESS-RULES", "kooi's nftables table is loaded and confines the runner and its subordinate uids",
        "a runner workload (or a subordinate uid) connects anywhere: exfiltration, lateral movement, metadata")
-def egress_rules(host, ctx):
-    eg = _egress(host)
-    if eg is None:
-        return NA, DISABLED
+def egress_rules(host, ctx, eg):
     table = eg.get("table", "kooi_egress")
     res = host.run(f"nft -j list table inet {shlex.quote(table)}")
     if res.rc != 0:
@@ -70,12 +80,9 @@ def egress_rules(host, ctx):
     return PASS, f"table inet {table}: runner_uids {have}; chains {sorted(chains)}"
 
 
-@check("NET-EGRESS-CONFINED", "the runner and a subordinate uid are rejected off the proxy port; root is not",
+@egress_check("NET-EGRESS-CONFINED", "the runner and a subordinate uid are rejected off the proxy port; root is not",
        "rules that exist but do not apply (wrong uid, a subuid bypass via unshare --map-auto)")
-def egress_confined(host, ctx):
-    eg = _egress(host)
-    if eg is None:
-        return NA, DISABLED
+def egress_confined(host, ctx, eg):
     runner = shlex.quote(ctx.runner)
     as_runner = _probe(host, f"runuser -u {runner} --")
     if host.run("command -v newuidmap").rc == 0:
@@ -95,12 +102,9 @@ def egress_confined(host, ctx):
     return PASS, seen
 
 
-@check("NET-EGRESS-PROXY", "the proxy runs with kooi's configuration and refuses unlisted names and IP literals",
+@egress_check("NET-EGRESS-PROXY", "the proxy runs with kooi's configuration and refuses unlisted names and IP literals",
        "an open proxy, or one that forwards to any name or address")
-def egress_proxy(host, ctx):
-    eg = _egress(host)
-    if eg is None:
-        return NA, DISABLED
+def egress_proxy(host, ctx, eg):
     port = int(eg["port"])
     problems = []
     for path in (eg["squid_config"], eg["allowlist"]):
@@ -120,12 +124,9 @@ def egress_proxy(host, ctx):
     return PASS, "; ".join(f"{k} -> {v}" for k, v in answers.items())
 
 
-@check("POL-EGRESS", "the runner can neither read nor change the egress rules or the allowlist",
+@egress_check("POL-EGRESS", "the runner can neither read nor change the egress rules or the allowlist",
        "a workload widens its own egress or learns what it may reach")
-def egress_policy(host, ctx):
-    eg = _egress(host)
-    if eg is None:
-        return NA, DISABLED
+def egress_policy(host, ctx, eg):
     runner = shlex.quote(ctx.runner)
     problems = []
     for cmd in (f"cat {shlex.quote(eg['allowlist'])}", "nft list ruleset",
