@@ -632,13 +632,13 @@ LINGER_BYTES = 1 << 30
 LINGER_SECONDS = 30.0
 
 
-def _reply(sock: socket.socket, status: int, reason: str, message: str | None = None, doc: Any = None) -> None:
+def _reply(sock: socket.socket, status: int, message: str | None = None, doc: Any = None) -> None:
     """Answer with an error (MESSAGE) or a document the broker produced (DOC), then keep
     reading (and discarding) what the client still sends until it closes: a client
     that is still writing a body (a build context, a large create) would otherwise get
     EPIPE instead of the refusal and its reason."""
     data = json.dumps({"message": message} if doc is None else doc).encode()
-    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+    head = (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode()
     try:
         sock.sendall(head + data)
@@ -671,7 +671,7 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             req = read_head(r)
         except (BadRequest, OSError) as exc:
-            _reply(client, 400, "Bad Request", f"kooi broker: {exc}")
+            _reply(client, 400, f"kooi broker: {exc}")
             return
         path, _ = normalize(req.uri)
         inspected = req.method == "POST" and any(p.match(path) for p in INSPECTED)
@@ -683,33 +683,33 @@ class _Handler(socketserver.BaseRequestHandler):
                 if req.body is None:
                     d = deny(f"body exceeds {broker.max_body} bytes, refused")
                     broker.record(req, d)
-                    _reply(client, 403, "Forbidden", f"kooi broker: {d.reason}")
+                    _reply(client, 403, f"kooi broker: {d.reason}")
                     return
             d, req = broker.decide(req)
         except BadRequest as exc:
-            _reply(client, 400, "Bad Request", f"kooi broker: {exc}")
+            _reply(client, 400, f"kooi broker: {exc}")
             return
         except OSError as exc:
-            _reply(client, 502, "Bad Gateway", f"kooi broker: the engine does not answer ({exc})")
+            _reply(client, 502, f"kooi broker: the engine does not answer ({exc})")
             return
         broker.record(req, d)
         if not d.allow:
-            _reply(client, 403, "Forbidden", f"kooi broker: {d.reason}")
+            _reply(client, 403, f"kooi broker: {d.reason}")
             return
         if broker.scope.attach:
             try:
                 if req.method == "POST" and NETWORK_CREATE.match(path):
                     status, doc = broker.create_attached_network(req)
-                    _reply(client, status, http.HTTPStatus(status).phrase, doc=doc)
+                    _reply(client, status, doc=doc)
                     return
                 broker.before_network_removal(req.method, path)
             except OSError as exc:
-                _reply(client, 502, "Bad Gateway", f"kooi broker: the engine does not answer ({exc})")
+                _reply(client, 502, f"kooi broker: the engine does not answer ({exc})")
                 return
         try:
             up = broker.upstream.connect()
         except OSError as exc:
-            _reply(client, 502, "Bad Gateway", f"kooi broker: the engine does not answer ({exc})")
+            _reply(client, 502, f"kooi broker: the engine does not answer ({exc})")
             return
         up.settimeout(None)
         hijack = bool(HIJACK.match(path)) and req.method == "POST"

@@ -19,7 +19,7 @@ import socketserver
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
@@ -53,7 +53,6 @@ class EgressConfig:
     pid_file: str = "/run/kooi-egress/squid.pid"
     systemd_unit: str = ""
     enabled: bool = True
-    extra: dict = field(default_factory=dict)
 
 
 def load(path: Path | str = DEFAULT_PATH) -> EgressConfig | None:
@@ -67,9 +66,8 @@ def load(path: Path | str = DEFAULT_PATH) -> EgressConfig | None:
         raise EgressError(f"{path}: cannot read the egress description: {exc}; re-run site.yml") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("port"), int):
         raise EgressError(f"{path}: malformed egress description; re-run site.yml")
-    known = set(EgressConfig.__dataclass_fields__) - {"extra"}
-    cfg = EgressConfig(**{k: v for k, v in raw.items() if k in known},
-                       extra={k: v for k, v in raw.items() if k not in known})
+    known = set(EgressConfig.__dataclass_fields__)
+    cfg = EgressConfig(**{k: v for k, v in raw.items() if k in known})
     return cfg if cfg.enabled else None
 
 
@@ -203,13 +201,15 @@ def reload(cfg: EgressConfig) -> None:
 # --- what a workload gets -----------------------------------------------------------
 
 
-def proxy_env(host: str, port: int, no_proxy: list[str]) -> dict[str, str]:
+def proxy_env(host: str, port: int, no_proxy: list[str], java_no_proxy: list[str] | None = None) -> dict[str, str]:
     """The proxy for every tool: curl, pip, git, npm read the *_proxy variables (both
-    cases), the JVM its system properties (JAVA_TOOL_OPTIONS); Maven's settings.xml is
-    separate (maven_settings)."""
+    cases; NO_PROXY), the JVM its system properties (JAVA_TOOL_OPTIONS, whose
+    nonProxyHosts take wildcards, not CIDRs: JAVA_NO_PROXY, default NO_PROXY); Maven's
+    settings.xml is separate (maven_settings)."""
     url = f"http://{host}:{port}"
     skip = ["localhost", "127.0.0.1", "::1", *no_proxy]
-    java_skip = "|".join(dict.fromkeys(["localhost", "127.*", "[::1]", *no_proxy]))
+    java_skip = "|".join(dict.fromkeys(["localhost", "127.*", "[::1]",
+                                        *(no_proxy if java_no_proxy is None else java_no_proxy)]))
     env = {}
     for k in ("http_proxy", "https_proxy"):
         env[k] = env[k.upper()] = url
@@ -243,13 +243,17 @@ def maven_settings(host: str, port: int, no_proxy: list[str]) -> str:
 """
 
 
+def gateway(net) -> str | None:
+    """The gateway address of a Docker network (a docker SDK Network, attrs loaded)."""
+    return next((c.get("Gateway") for c in (net.attrs.get("IPAM") or {}).get("Config") or [] if c.get("Gateway")),
+                None)
+
+
 def container_proxy_host(mode: str, client) -> str:
     """Where a container on the engine's default bridge reaches the proxy."""
     if mode == "rootless":
         return ROOTLESS_HOST_LOOPBACK
-    net = client.networks.get("bridge")
-    gw = next((c.get("Gateway") for c in (net.attrs.get("IPAM") or {}).get("Config") or [] if c.get("Gateway")),
-              None)
+    gw = gateway(client.networks.get("bridge"))
     if not gw:
         raise EgressError("the engine's default bridge has no gateway address")
     return gw

@@ -361,11 +361,7 @@ def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, r
     kw = _container_args(wf, cfg, img.attrs, project, run_id, enforce, res)
     for w in res.warnings:
         log.note(f"warning: {w}")
-    eg = _egress_config() if (wf.network == "proxy" or wf.testcontainers) else None
-    if wf.network == "proxy" and eg is None:
-        raise RunError("refused", EXIT_REFUSED,
-                       f"workflow {wf.name} asks for network: proxy, but this host has no egress control "
-                       "(kooi_egress_enabled=false or not provisioned); enable it and re-run site.yml")
+    eg = _egress_for(wf)
     if eg is not None:
         _egress_preflight(eg, res, log)
     access = BrokeredEngine(client, cfg, wf, project, run_id, run_dir, log) if wf.testcontainers else None
@@ -401,6 +397,19 @@ def _egress_config():
         raise RunError("unavailable", EXIT_UNAVAILABLE, str(exc)) from None
 
 
+def _egress_for(wf: Workflow):
+    """The host's egress description if the workload gets a network (network: proxy,
+    testcontainers); a workflow asking for the proxy where there is none is refused."""
+    if wf.network != "proxy" and not wf.testcontainers:
+        return None
+    eg = _egress_config()
+    if eg is None and wf.network == "proxy":
+        raise RunError("refused", EXIT_REFUSED,
+                       f"workflow {wf.name} asks for network: proxy, but this host has no egress control "
+                       "(kooi_egress_enabled=false or not provisioned); enable it and re-run site.yml")
+    return eg
+
+
 def _egress_preflight(eg, res: Result, log: Log) -> None:
     """The rules must be in force for the runner before a workload gets a network (an
     engine started without them would reach anything); a proxy that is down only means
@@ -428,23 +437,21 @@ def _egress_wire(eg, client, cfg: EngineConfig, kw: dict, img_attrs: dict, acces
 
     from . import egress
 
-    if access is None:
-        kw["network_mode"] = "bridge"
     if cfg.mode == "rootless":
         host = egress.ROOTLESS_HOST_LOOPBACK
+    elif access is not None:
+        host = access.gateway  # the run network's
     else:
-        net = access.network if access else client.networks.get("bridge")
-        net.reload()
-        host = next((c.get("Gateway") for c in (net.attrs.get("IPAM") or {}).get("Config") or []
-                     if c.get("Gateway")), None)
-        if not host:
-            raise RunError("unavailable", EXIT_UNAVAILABLE, f"network {net.name} has no gateway address")
+        try:
+            host = egress.container_proxy_host(cfg.mode, client)
+        except egress.EgressError as exc:
+            raise RunError("unavailable", EXIT_UNAVAILABLE, str(exc)) from None
+    if access is None:
+        kw["network_mode"] = "bridge"
     # Nested containers and the engine's addresses are reached directly, never through
     # the proxy (which refuses private destinations anyway).
-    no_proxy = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
     java_skip = ["10.*", "172.*", "192.168.*"]
-    env = egress.proxy_env(host, eg.port, no_proxy)
-    env["JAVA_TOOL_OPTIONS"] = egress.proxy_env(host, eg.port, java_skip)["JAVA_TOOL_OPTIONS"]
+    env = egress.proxy_env(host, eg.port, ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"], java_skip)
     settings_dir = run_dir / "egress"
     settings_dir.mkdir(mode=0o755, exist_ok=True)
     settings = settings_dir / f"{run_id}-maven-settings.xml"
@@ -512,18 +519,18 @@ class BrokeredEngine:
         self.run_dir, self.log = run_dir, log
         self.broker = None
         self.network = None
+        self.gateway: str | None = None
 
     def open(self, kw: dict) -> None:
         import docker.types
 
-        from . import broker
+        from . import broker, egress
         from .policy import Policy
 
         labels = run_labels(self.wf, self.project, self.run_id)
         self.network = self.client.networks.create(f"kooi-{self.run_id}", driver="bridge", labels=labels)
         self.network.reload()
-        gateway = next((c.get("Gateway") for c in (self.network.attrs.get("IPAM") or {}).get("Config") or []
-                        if c.get("Gateway")), None)
+        self.gateway = gateway = egress.gateway(self.network)
         if not gateway:
             raise RunError("unavailable", EXIT_UNAVAILABLE,
                            f"the run network {self.network.name} has no gateway address")
@@ -634,14 +641,10 @@ def run_jail(wf: Workflow, project: Path, res: Result, log: Log, interrupted: Ca
             res.warnings.append(f"limit {key}={value} is not enforced in jail mode")
             log.note(f"warning: limit {key}={value} is not enforced in jail mode")
     bridge = None
-    if wf.network == "proxy":
+    eg = _egress_for(wf)
+    if eg is not None:
         from . import egress
 
-        eg = _egress_config()
-        if eg is None:
-            raise RunError("refused", EXIT_REFUSED,
-                           f"workflow {wf.name} asks for network: proxy, but this host has no egress control "
-                           "(kooi_egress_enabled=false or not provisioned); enable it and re-run site.yml")
         _egress_preflight(eg, res, log)
         bridge = egress.JailBridge(run_dir / "jails" / secrets.token_hex(8), eg.port)
         (bridge.dir / "maven-settings.xml").write_text(egress.maven_settings("127.0.0.1", eg.port, []))
