@@ -15,6 +15,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The test suite also boots QEMU guests (the AppArmor scenario: the only kernel here
+# with AppArmor) and parses AppArmor profiles: scripts/test.sh sets KOOI_BOOTSTRAP_TESTS=1.
+if [ "${KOOI_BOOTSTRAP_TESTS:-0}" = 1 ]; then
+  missing=()
+  for p in qemu-system-x86 qemu-utils apparmor e2fsprogs openssh-client; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "bootstrap: installing (tests) ${missing[*]}"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
 if [ ! -x "$repo/.venv/bin/molecule" ] || [ "$repo/pyproject.toml" -nt "$repo/.venv/.kooi-stamp" ]; then
   echo "bootstrap: creating $repo/.venv"
   python3 -m venv "$repo/.venv"

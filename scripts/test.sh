@@ -6,7 +6,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-"$repo/scripts/bootstrap.sh"
+KOOI_BOOTSTRAP_TESTS=1 "$repo/scripts/bootstrap.sh"
 export PATH="$repo/.venv/bin:$PATH" PYTHONDONTWRITEBYTECODE=1
 export KOOI_REPORT_DIR=${KOOI_REPORT_DIR:-$repo/.ci/out}
 export KOOI_IMAGE_DIR=${KOOI_IMAGE_DIR:-/var/tmp/kooi-images}
@@ -25,9 +25,10 @@ stage() {
 stage yamllint yamllint -s .
 stage ansible-lint bash -c 'cd ansible && ansible-lint --offline -q site.yml ../roles ../molecule'
 stage unit pytest -q -p no:cacheprovider tests/unit --junitxml "$KOOI_REPORT_DIR/unit.xml"
-stage images bash -c 'molecule/testhost/build-images.sh && images/runner/prepare-base.sh "$KOOI_IMAGE_DIR"'
+stage images bash -c 'molecule/testhost/build-images.sh && images/runner/prepare-base.sh "$KOOI_IMAGE_DIR" \
+  && images/vm/build.sh bookworm "$KOOI_IMAGE_DIR/vm"'
 stage local-e2e pytest -q -p no:cacheprovider tests/e2e --junitxml "$KOOI_REPORT_DIR/e2e.xml"
-for scenario in rootless userns_remap; do
+for scenario in rootless userns_remap apparmor; do
   stage "molecule-$scenario" env MOLECULE_EPHEMERAL_DIRECTORY="/var/tmp/kooi-molecule-$scenario" \
     molecule test -s "$scenario"
 done

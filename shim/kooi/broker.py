@@ -253,6 +253,9 @@ class RunScope:
     # reaches what it starts there directly (the userns-remap engine isolates bridges
     # from each other, published ports included); None: no attaching (rootless).
     attach: str | None = None
+    # The AppArmor profile every container the run creates gets (kooi's runner profile
+    # where the engine applies AppArmor); None: the engine's default.
+    apparmor: str | None = None
 
 
 class Upstream:
@@ -374,6 +377,12 @@ class Rules:
             ci_set(doc, "HostConfig", hc)
         if not isinstance(hc, dict):
             return None  # the policy refuses it
+        if self.scope.apparmor:
+            opts = ci_get(hc, "SecurityOpt") or []
+            if not isinstance(opts, list):
+                return None
+            keep = [o for o in opts if not str(o).replace(":", "=").replace(" ", "").lower().startswith("apparmor=")]
+            ci_set(hc, "SecurityOpt", keep + [f"apparmor={self.scope.apparmor}"])
         mode = ci_get(hc, "NetworkMode")
         if not isinstance(mode, (str, type(None))):
             return None

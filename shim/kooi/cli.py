@@ -183,13 +183,24 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"kooi verify: {exc}", file=sys.stderr)
         return EXIT_USAGE
     out = {"text": verify.render_text, "json": lambda r: json.dumps(r, indent=2) + "\n",
-           "junit": verify.render_junit}[args.format](report)
+           "junit": verify.render_junit, "cis": verify.render_cis}[args.format](report)
     if args.output:
         Path(args.output).write_text(out)
         print(verify.render_text(report).splitlines()[-1])
     else:
         sys.stdout.write(out)
     return EXIT_OK if report["ok"] else EXIT_FAIL
+
+
+def _apparmor_profiles() -> tuple[str, ...]:
+    """kooi's own AppArmor profiles, which the policy lets container creates name."""
+    from . import apparmor
+
+    try:
+        return apparmor.allowed_profiles(apparmor.load_state())
+    except apparmor.AppArmorError as exc:
+        print(f"kooi: {exc}; no AppArmor profile may be named", file=sys.stderr)
+        return ()
 
 
 def _authz(args: argparse.Namespace) -> int:
@@ -212,7 +223,7 @@ def _authz(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     try:
         policy = Policy(workspace=roots[0] if roots else None, extra_workspaces=tuple(roots[1:]),
-                        socket_dir=args.socket_dir)
+                        socket_dir=args.socket_dir, apparmor_profiles=_apparmor_profiles())
         authz.serve(Path(args.socket), policy, token=token, group=args.socket_group)
     except KeyboardInterrupt:
         pass
@@ -393,7 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="run kooi's check catalogue against a host and report",
                        description="Exit 0 when no check fails, 1 when one does, 2 on usage errors.")
     v.add_argument("--hosts", default="local://", help="testinfra host spec: local://, ssh://user@host, docker://NAME")
-    v.add_argument("--format", choices=("text", "json", "junit"), default="text")
+    v.add_argument("--format", choices=("text", "json", "junit", "cis"), default="text",
+                   help="text (per check), json (docs/verify.schema.json), junit, cis (per CIS Docker Benchmark item)")
     v.add_argument("--output", help="write the report here (stdout gets the summary line)")
     v.add_argument("--probe-image", help="image for the ESC-* probes (default: the pinned runner image)")
     v.add_argument("--check", action="append", metavar="ID", help="run only this check (repeatable)")

@@ -62,6 +62,7 @@ class Policy:
     engine_socket: str | None = None
     socket_dir: str | None = None  # sockets directly in here may be mounted (kooi run's brokers)
     extra_workspaces: tuple[str, ...] = ()  # further roots for bind sources (the plugin's)
+    apparmor_profiles: tuple[str, ...] = ()  # SecurityOpt apparmor=NAME allowed for these (kooi's own)
     max_body: int = MAX_BODY
     resolve: Callable[[str], str] = field(default=os.path.realpath, compare=False)
     is_socket: Callable[[str], bool] = field(default=None, compare=False)  # type: ignore[assignment]
@@ -165,8 +166,12 @@ def _check_host_config(hc: CIDict, policy: Policy) -> Decision:
             return deny(f"{key}={mode} refused (host or shared namespaces)")
     for opt in hc.get("SecurityOpt") or []:
         norm = str(opt).replace(":", "=").replace(" ", "").lower()
-        if norm not in ("no-new-privileges", "no-new-privileges=true"):
-            return deny(f"SecurityOpt {opt!r} refused (only no-new-privileges may be set)")
+        if norm in ("no-new-privileges", "no-new-privileges=true"):
+            continue
+        if norm.startswith("apparmor=") and norm[len("apparmor="):] in policy.apparmor_profiles:
+            continue
+        return deny(f"SecurityOpt {opt!r} refused (only no-new-privileges"
+                    + "".join(f", apparmor={n}" for n in policy.apparmor_profiles) + " may be set)")
     for key in ("MaskedPaths", "ReadonlyPaths"):
         if hc.has(key) and hc.get(key) is not None:
             return deny(f"{key} refused (systempaths=unconfined and custom masks weaken confinement)")

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, TextIO
 
-from . import hostconfig, image, workflow
+from . import apparmor, hostconfig, image, workflow
 from .hostconfig import EngineConfig
 from .workflow import Workflow
 
@@ -76,6 +76,7 @@ class Result:
     broker: dict | None = None
     cleanup: dict | None = None
     egress: dict | None = None
+    apparmor: dict | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -361,10 +362,16 @@ def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, r
     kw = _container_args(wf, cfg, img.attrs, project, run_id, enforce, res)
     for w in res.warnings:
         log.note(f"warning: {w}")
+    conf = _apparmor(lambda state: apparmor.for_container(cfg.mode, state))
+    res.apparmor = conf.as_dict()
+    log.note(conf.note)
+    if conf.profile:
+        kw["security_opt"] = [*kw["security_opt"], f"apparmor={conf.profile}"]
     eg = _egress_for(wf)
     if eg is not None:
         _egress_preflight(eg, res, log)
-    access = BrokeredEngine(client, cfg, wf, project, run_id, run_dir, log) if wf.testcontainers else None
+    access = BrokeredEngine(client, cfg, wf, project, run_id, run_dir, log, conf.profile) \
+        if wf.testcontainers else None
     settings: Path | None = None
     container = None
     try:
@@ -514,9 +521,10 @@ class BrokeredEngine:
     the run created (by label) when it ends."""
 
     def __init__(self, client, cfg: EngineConfig, wf: Workflow, project: Path, run_id: str, run_dir: Path,
-                 log: Log):
+                 log: Log, apparmor_profile: str | None = None):
         self.client, self.cfg, self.wf, self.project, self.run_id = client, cfg, wf, project, run_id
         self.run_dir, self.log = run_dir, log
+        self.apparmor = apparmor_profile  # what the containers the workload starts get too
         self.broker = None
         self.network = None
         self.gateway: str | None = None
@@ -543,8 +551,9 @@ class BrokeredEngine:
                            "use a shorter KOOI_RUN_DIR")
         scope = broker.RunScope(self.run_id, {**labels, f"{LABEL}.nested": "1"}, network=self.network.name,
                                 socket_aliases=(ENGINE_SOCKET,), path_map={WORKSPACE: str(self.project)})
-        self.broker = broker.Broker(str(path), self.cfg.socket, Policy(workspace=str(self.project)), scope,
-                                    log=self.log.note)
+        scope.apparmor = self.apparmor
+        policy = Policy(workspace=str(self.project), apparmor_profiles=(self.apparmor,) if self.apparmor else ())
+        self.broker = broker.Broker(str(path), self.cfg.socket, policy, scope, log=self.log.note)
         self.broker.start(mode=0o666)
         host = gateway
         if self.cfg.mode == "rootless":
@@ -650,8 +659,12 @@ def run_jail(wf: Workflow, project: Path, res: Result, log: Log, interrupted: Ca
         (bridge.dir / "maven-settings.xml").write_text(egress.maven_settings("127.0.0.1", eg.port, []))
         res.egress["proxy"] = f"http://127.0.0.1:{eg.port}"
         log.note("egress: through the proxy only (a socket bridge; the jail has no network)")
+    conf, prefix = _apparmor(apparmor.for_jail)
+    res.apparmor = conf.as_dict()
+    log.note(conf.note)
     try:
-        return _run_bwrap(bwrap_argv(wf, project, (bridge.dir, eg.port) if bridge else None), wf, log, interrupted)
+        argv = bwrap_argv(wf, project, (bridge.dir, eg.port) if bridge else None)
+        return _run_bwrap([*prefix, *argv], wf, log, interrupted)
     finally:
         if bridge is not None:
             bridge.close()
@@ -710,6 +723,15 @@ def _run_bwrap(argv: list[str], wf: Workflow, log: Log, interrupted: Callable[[]
                        f"bubblewrap could not set up the jail: {first[0].strip()[7:]} (unprivileged user "
                        "namespaces must be allowed: sysctl kernel.unprivileged_userns_clone=1)")
     return rc if rc >= 0 else 128 - rc
+
+
+def _apparmor(decide):
+    """DECIDE(state) with /etc/kooi/apparmor.json; a host whose profiles are not in force
+    as the role left them cannot run (exit 125, not an unconfined run)."""
+    try:
+        return decide(apparmor.load_state())
+    except apparmor.AppArmorError as exc:
+        raise RunError("unavailable", EXIT_UNAVAILABLE, str(exc)) from None
 
 
 # --- the command --------------------------------------------------------------------
@@ -771,6 +793,8 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
                     egress.start(eg)
                 except egress.EgressError as exc:
                     raise RunError("unavailable", EXIT_UNAVAILABLE, f"egress: {exc}") from None
+        if os.geteuid() == 0:
+            apparmor.remember_loaded()  # the kernel's profile list is root-only
         drop_to_runner(cfg)
         project = check_project(project, cfg)
         res.project = str(project)

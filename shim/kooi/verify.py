@@ -13,7 +13,7 @@ import socket
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 
-from .checks import CHECKS, Context, run_all
+from .checks import CHECKS, Context, cis, run_all
 from .checks.core import FAIL, NA, PASS
 
 
@@ -38,6 +38,7 @@ def run(spec: str = "local://", probe_image: str | None = None, ids: list[str] |
     ctx.probe_image = probe_image_for(host, probe_image)
     results = run_all(host, ctx, ids)
     summary = {s: sum(1 for r in results if r.status == s) for s in (PASS, FAIL, NA)}
+    checks = [{**r.as_dict(), "cis": cis.items_for(r.id)} for r in results]
     return {
         "schema": 1,
         "host": spec if spec != "local://" else f"local://{socket.gethostname()}",
@@ -46,7 +47,9 @@ def run(spec: str = "local://", probe_image: str | None = None, ids: list[str] |
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "summary": summary,
         "ok": summary[FAIL] == 0,
-        "checks": [r.as_dict() for r in results],
+        "checks": checks,
+        "benchmark": cis.BENCHMARK,
+        "cis": cis.summarize(checks, ctx.mode),
     }
 
 
@@ -59,6 +62,21 @@ def render_text(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_cis(report: dict) -> str:
+    """The report by benchmark item: which checks cover it, its status, and what it
+    means on this engine (rootless notes)."""
+    lines = [f"kooi verify {report['host']} ({report['engine_mode']}): {report['benchmark']}"]
+    for it in report["cis"]:
+        covered = ", ".join(it["checks"]) or "-"
+        lines.append(f"{it['status'].upper():9} {it['item']:<6} {it['title']}  [{covered}]")
+        if it["note"]:
+            lines.append(f"{'':16} {it['note']}")
+    counts = {s: sum(1 for it in report["cis"] if it["status"] == s) for s in (PASS, FAIL, NA, "uncovered")}
+    lines.append(f"cis: {counts[PASS]} items pass, {counts[FAIL]} fail, {counts[NA]} not applicable, "
+                 f"{counts['uncovered']} not covered by a check")
+    return "\n".join(lines) + "\n"
+
+
 def render_junit(report: dict) -> str:
     s = report["summary"]
     root = ET.Element("testsuites")
@@ -66,7 +84,9 @@ def render_junit(report: dict) -> str:
                       skipped=str(s["na"]), timestamp=report["time"], hostname=report["host"])
     for c in report["checks"]:
         case = ET.SubElement(suite, "testcase", classname="kooi.verify", name=c["id"])
-        ET.SubElement(case, "system-out").text = f"{c['title']}\nthreat: {c['threat']}\n{c['evidence']}"
+        cis_items = ", ".join(c.get("cis") or []) or "-"
+        ET.SubElement(case, "system-out").text = (f"{c['title']}\nthreat: {c['threat']}\n"
+                                                  f"{report.get('benchmark', 'CIS')}: {cis_items}\n{c['evidence']}")
         if c["status"] == FAIL:
             ET.SubElement(case, "failure", message=c["evidence"][:500]).text = c["evidence"]
         elif c["status"] == NA:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -21,7 +22,9 @@ def test_second_run_changes_nothing(provisioned):
     first, second = provisioned
     assert recap(first.stdout)["failed"] == 0
     r = recap(second.stdout)
-    assert r["changed"] == 0 and r["failed"] == 0, second.stdout[-3000:]
+    changed = [task for task, block in re.findall(r"TASK \[([^\]]+)\][^\n]*\n(.*?)(?=\nTASK \[|\nPLAY RECAP)",
+                                                  second.stdout, re.S) if "changed:" in block]
+    assert r["changed"] == 0 and r["failed"] == 0, f"changed on the second run: {changed}"
 
 
 def test_engine_status_reports_the_rootless_daemon(engine):

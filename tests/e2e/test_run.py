@@ -23,7 +23,7 @@ from .conftest import KOOI, REPO
 
 RESULT_KEYS = {"workflow", "run_id", "project", "mode", "isolation", "workflow_file", "image",
                "image_digest", "start", "end", "duration_s", "exit_code", "reason", "message", "log",
-               "limits", "warnings", "broker", "cleanup", "egress"}
+               "limits", "warnings", "broker", "cleanup", "egress", "apparmor"}
 
 SLEEPER = {"mode": "container", "command": ["sh", "-c", "sleep 600 & sleep 600"], "timeout": 3}
 JAIL_PROBE = r"""
@@ -135,6 +135,9 @@ def test_maven_example_passes_with_a_complete_result(host, wfdir, project):
     jsonschema.validate(result, json.loads((REPO / "docs/run-result.schema.json").read_text()))
     assert result["exit_code"] == 0 and result["reason"] == "ok"
     assert result["mode"] == "container" and result["isolation"] == "rootless"
+    # This machine's kernel has no AppArmor: the result says so instead of claiming a profile.
+    assert result["apparmor"]["applied"] is False and result["apparmor"]["profile"] is None
+    assert "kernel has no AppArmor" in result["apparmor"]["note"]
     assert result["image_digest"] == host["pins"]["runner"]["id"]
     assert result["project"] == str(proj) and result["start"] < result["end"]
     assert "BUILD SUCCESS" in Path(result["log"]).read_text()

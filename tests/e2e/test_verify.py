@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -48,11 +49,14 @@ def test_json_report_is_complete_valid_and_changes_nothing(engine):
 
 
 def test_junit_and_text_reports(engine, tmp_path):
-    out = tmp_path / "verify.xml"
+    # CI keeps this report (.ci/out/verify-local.xml): the catalogue on the CI machine.
+    out = Path(os.environ.get("KOOI_REPORT_DIR") or tmp_path) / "verify-local.xml"
     res = verify("--format", "junit", "--output", str(out))
     assert res.returncode == 0 and "0 failed" in res.stdout
     cases = ET.parse(out).getroot().findall(".//testcase")
     assert [c.get("name") for c in cases] == [c.id for c in CHECKS]
+    assert "CIS Docker Benchmark v1.6.0: 2.1, 2.9" in next(
+        c.find("system-out").text for c in cases if c.get("name") == "HOST-ENGINE-ROOTLESS")
     text = verify("--check", "HOST-RUNNER-NODOCKER", "--check", "IMG-NONROOT")
     assert text.returncode == 0
     assert "PASS HOST-RUNNER-NODOCKER" in text.stdout and "verify: 2 passed, 0 failed" in text.stdout
@@ -73,6 +77,18 @@ def test_a_weakness_fails_its_check_and_the_exit_code(engine):
     if sock.exists() and sock.group() == "docker":  # this machine's rootful daemon: now reachable too
         expected.add("HOST-ROOTFUL-SOCKET")
     assert {c["id"] for c in report["checks"] if c["status"] == "fail"} == expected
+
+
+def test_cis_report_by_benchmark_item(engine):
+    res = verify("--format", "cis")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].endswith("CIS Docker Benchmark v1.6.0")
+    item = next(line for line in lines if line.split()[1:2] == ["2.9"])
+    assert item.startswith("PASS") and "HOST-ENGINE-ROOTLESS" in item
+    apparmor = next(line for line in lines if line.split()[1:2] == ["5.1"])
+    assert apparmor.startswith("PASS")  # the profiles on disk; enforcement n/a on this kernel
+    assert lines[-1].startswith("cis: ") and " 0 fail," in lines[-1]
 
 
 def test_unknown_check_ids_are_usage_errors(engine):

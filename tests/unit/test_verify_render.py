@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 
 from kooi import verify
+from kooi.checks import CHECKS, cis
 
 REPO = Path(__file__).resolve().parents[2]
 REPORT = {
@@ -20,6 +21,10 @@ REPORT = {
         {"id": "HOST-ENGINE-USERNS-REMAP", "title": "t3", "status": "na", "evidence": "rootless", "threat": "z"},
     ],
 }
+for _c in REPORT["checks"]:
+    _c["cis"] = cis.items_for(_c["id"])
+REPORT["benchmark"] = cis.BENCHMARK
+REPORT["cis"] = cis.summarize(REPORT["checks"], "rootless")
 
 
 def test_the_schema_accepts_a_report_and_rejects_a_bad_one():
@@ -50,3 +55,25 @@ def test_every_catalogue_id_matches_the_schema_pattern():
     schema = json.loads((REPO / "docs/verify.schema.json").read_text())
     pat = schema["properties"]["checks"]["items"]["properties"]["id"]["pattern"]
     assert all(re.match(pat, i) for i in verify.known_ids())
+
+
+def test_every_check_says_which_cis_items_it_covers():
+    ids = [c.id for c in CHECKS]
+    assert sorted(cis.MAP) == sorted(ids), "a check without a CIS mapping (use [] for none) or a stale entry"
+    for items in cis.MAP.values():
+        assert set(items) <= set(cis.ITEMS)
+    assert set(cis.UNCOVERED) <= set(cis.ITEMS)
+    covered = {i for items in cis.MAP.values() for i in items}
+    assert covered | set(cis.UNCOVERED) == set(cis.ITEMS), "an item neither covered nor explained"
+
+
+def test_cis_items_fail_when_a_covering_check_fails_and_rootless_notes_show():
+    by_item = {it["item"]: it for it in REPORT["cis"]}
+    # 1.1.2 is covered by HOST-RUNNER-NODOCKER (fails here) among others
+    assert by_item["1.1.2"]["status"] == "fail" and "HOST-RUNNER-NODOCKER" in by_item["1.1.2"]["checks"]
+    # 2.9: HOST-ENGINE-USERNS-REMAP is n/a, nothing else of 2.9 ran: n/a; rootless note shown
+    assert by_item["2.9"]["status"] == "na" and "runner's user namespace" in by_item["2.9"]["note"]
+    assert by_item["2.1"]["status"] == "pass"
+    assert by_item["5.10"]["status"] == "uncovered" and by_item["5.10"]["note"]
+    text = verify.render_cis(REPORT)
+    assert "FAIL      1.1.2" in text and text.splitlines()[-1].startswith("cis: ")

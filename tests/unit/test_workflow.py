@@ -22,7 +22,7 @@ def test_the_schema_is_a_valid_json_schema():
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "examples/workflows").glob("*.yml"))
-                         + [REPO / "roles/shim/files/kooi-selftest.yml"])
+                         + [REPO / "roles/shim/files/kooi-selftest.yml", REPO / "roles/shim/files/kooi-runcheck.yml"])
 def test_shipped_workflows_are_valid(path):
     wf = workflow.parse(path)
     assert wf.command and wf.mode in ("container", "jail")

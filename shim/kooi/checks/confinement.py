@@ -106,3 +106,61 @@ def nosocket(host, ctx):
     socks = [s for s in v["sockets"].split(",") if s]
     ok = not socks and not v["docker_host"]
     return (PASS if ok else FAIL), f"sockets: {', '.join(socks) or 'none'}; DOCKER_HOST: {v['docker_host'] or 'unset'}"
+
+
+DENIED = {"EPERM", "EACCES", "ENOSYS"}
+SYSCALLS = ("bpf", "perf_event_open", "open_by_handle_at", "userfaultfd", "init_module", "finit_module",
+            "kexec_load")
+NEW_MOUNTS = ("unshare_userns", "unshare_mountns", "mount_proc")
+
+
+def _syscalls(host, ctx) -> tuple[str | None, str, dict[str, str]]:
+    status, why, v = _get(host, ctx, "syscalls")
+    if status:
+        return status, why, {}
+    raw = v["syscalls"]
+    got = dict(item.split(":", 1) for item in raw.split(",") if ":" in item)
+    if not got:
+        return FAIL, f"the syscall probe did not run: {raw!r}", {}
+    return None, "", got
+
+
+def _judge(got: dict[str, str], names: tuple[str, ...], what: str) -> tuple[str, str]:
+    missing = [n for n in names if n not in got]
+    reached = {n: got[n] for n in names if n in got and got[n] not in DENIED}
+    if missing or reached:
+        return FAIL, (f"{what}: reached the kernel: {reached}" if reached else "") + \
+            (f"; not probed: {missing}" if missing else "")
+    return PASS, ", ".join(f"{n} {got[n]}" for n in names)
+
+
+@check("ESC-SYSCALLS", "the workload cannot use bpf, perf_event_open, open_by_handle_at, userfaultfd, "
+       "module loading or kexec",
+       "the kernel interfaces behind most container escapes and kernel exploits")
+def esc_syscalls(host, ctx):
+    status, why, got = _syscalls(host, ctx)
+    if status:
+        return status, why
+    return _judge(got, SYSCALLS, "syscalls")
+
+
+@check("ESC-FRESH-MOUNTS", "the workload cannot create user or mount namespaces or mount (no fresh procfs, "
+       "sysfs or cgroupfs revealing host state)",
+       "a fresh procfs/sysfs bypassing the masked and read-only paths")
+def esc_fresh_mounts(host, ctx):
+    status, why, got = _syscalls(host, ctx)
+    if status:
+        return status, why
+    return _judge(got, NEW_MOUNTS, "namespaces and mounts")
+
+
+@check("ESC-DEVICES", "no host block device, /dev/kvm, /dev/mem, /dev/kmem, /dev/port or /dev/fuse in the workload",
+       "raw access to host disks, memory or hypervisor and FUSE interfaces")
+def esc_devices(host, ctx):
+    st, why, v = _get(host, ctx, "devices")
+    if st:
+        return st, why
+    devs = [d for d in v["devices"].split(",") if d]
+    if v["devices"] == "?":
+        return FAIL, "the device probe did not run"
+    return (FAIL, f"present: {devs}") if devs else (PASS, "none of them in /dev")

@@ -232,3 +232,31 @@ def storage_driver(host, ctx):
     if got == "vfs":
         return PASS, "vfs (last resort chosen by the role: slow and disk-hungry)"
     return PASS, f"storage driver {got}, backing {dict(info.get('DriverStatus') or [])}"
+
+
+FUSE_OPEN = ("python3 -c 'import os,errno\ntry:\n os.close(os.open(\"/dev/fuse\", os.O_RDWR)); print(\"OPENED\")\n"
+             "except OSError as e:\n print(errno.errorcode.get(e.errno, str(e)))'")
+
+
+@check("HOST-FUSE", "/dev/fuse is usable by the runner only when the operator opted in (kooi_fuse_enabled)",
+       "FUSE mounts by the runner or a workload: kernel attack surface (race windows, crafted metadata)")
+def fuse_device(host, ctx):
+    f = host.file("/etc/kooi/fuse.json")
+    if not f.exists:
+        return FAIL, "/etc/kooi/fuse.json is missing: role fuse has not run on this host (re-run site.yml)"
+    enabled = bool(json.loads(f.content_string).get("enabled"))
+    dev = host.file("/dev/fuse")
+    opened = host.run(f"runuser -u {shlex.quote(ctx.runner)} -- {FUSE_OPEN}").stdout.strip() \
+        if dev.exists else "ENOENT"
+    driver = ctx.engine.get("storage_driver")
+    if not enabled:
+        if opened == "OPENED":
+            return FAIL, f"not opted in, but {ctx.runner} can open /dev/fuse (mode {oct(dev.mode)}): re-run site.yml"
+        if driver == "fuse-overlayfs":
+            return FAIL, "not opted in, but the engine uses fuse-overlayfs"
+        return PASS, f"not opted in: {ctx.runner} cannot open /dev/fuse ({opened})"
+    if opened != "OPENED":
+        return FAIL, f"opted in, but {ctx.runner} cannot open /dev/fuse ({opened}): fuse-overlayfs would fail"
+    if not (host.exists("fuse-overlayfs") or host.file("/usr/bin/fuse-overlayfs").exists):
+        return FAIL, "opted in, but fuse-overlayfs is not installed"
+    return PASS, f"opted in: {ctx.runner} can open /dev/fuse; fuse-overlayfs installed; engine storage {driver}"

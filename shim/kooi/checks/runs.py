@@ -1,0 +1,165 @@
+"""RUN-* checks: `kooi run` is honest with pipelines and cron.
+
+They run the built-in workflow kooi-runcheck (installed by the shim role, timeout 10 s)
+through the host's `kooi run`, as root (dropping to the runner, like cron and
+pipelines do), with a script they write into a scratch project the runner owns:
+an exit code that must come back unchanged, a workload that outlives its timeout, a
+second run while the first holds the lock. Afterwards nothing of these runs may be
+left on the engine or in the process table.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+
+from .confinement import RUN_DIR, SYSTEM_PATH
+from .core import FAIL, NA, PASS, check
+
+WORKFLOW = "kooi-runcheck"
+PROJECT = f"{RUN_DIR}/runcheck-project"
+SCRIPT = ".kooi-runcheck.sh"
+KEYS = {"workflow", "run_id", "project", "mode", "isolation", "image_digest", "start", "end",
+        "duration_s", "exit_code", "reason", "message", "log"}
+
+
+def _available(host, ctx) -> str | None:
+    if "runcheck" not in ctx.cache:
+        pins = host.file("/etc/kooi/images.json")
+        if not host.file(f"/etc/kooi/workflows/{WORKFLOW}.yml").exists:
+            ctx.cache["runcheck"] = f"no {WORKFLOW} workflow on this host (re-run site.yml, role shim)"
+        elif not pins.exists or "runner" not in json.loads(pins.content_string):
+            ctx.cache["runcheck"] = "no runner image on this host (kooi_runner_image_build: false)"
+        else:
+            ctx.cache["runcheck"] = None
+    return ctx.cache["runcheck"]
+
+
+def _script(host, ctx, body: str) -> None:
+    r = shlex.quote(ctx.runner)
+    res = host.run(f"runuser -u {r} -- mkdir -p {PROJECT} && "
+                   f"runuser -u {r} -- sh -c {shlex.quote(f'cat > {PROJECT}/{SCRIPT}')} <<'KOOI_EOF'\n{body}\nKOOI_EOF")
+    if res.rc != 0:
+        raise RuntimeError(f"cannot write the script into {PROJECT}: {res.stderr.strip()}")
+
+
+def _run(host, name: str, background: bool = False):
+    """kooi run kooi-runcheck; returns (rc, result or None, output)."""
+    out = f"{RUN_DIR}/{name}.json"
+    host.run(f"rm -f {out}")
+    cmd = f"PATH={SYSTEM_PATH} kooi run {WORKFLOW} --project {PROJECT} --json {out}"
+    if background:
+        # Its own session: kooi run treats SIGHUP as an interruption (and ends the run),
+        # and the end of the caller's session (docker exec, ssh) may send one.
+        host.run(f"setsid -f sh -c {shlex.quote(cmd)} </dev/null >/dev/null 2>&1")
+        return None, None, ""
+    res = host.run(cmd)
+    f = host.file(out)
+    return res.rc, (json.loads(f.content_string) if f.exists else None), res.stdout + res.stderr
+
+
+def _leftovers(host, ctx, run_id: str) -> list[str]:
+    res = host.run(ctx.as_runner(f"docker ps -aq --filter label=org.kooi.run={shlex.quote(run_id)}; "
+                                 f"docker network ls -q --filter label=org.kooi.run={shlex.quote(run_id)}"))
+    return res.stdout.split()
+
+
+@check("RUN-RESULT", "kooi run returns the workload's exit code and an honest JSON result and log",
+       "a pipeline or cron job that reports success for a failed build (or the reverse)")
+def run_result(host, ctx):
+    if (why := _available(host, ctx)) is not None:
+        return NA, why
+    _script(host, ctx, "echo KOOI-RUNCHECK-OUT; exit 3")
+    rc, res, out = _run(host, "runcheck-result")
+    if res is None:
+        return FAIL, f"no JSON result (rc={rc}): {out.strip()[-200:]}"
+    bad = []
+    if rc != 3 or res.get("exit_code") != 3 or res.get("reason") != "failed":
+        bad.append(f"exit 3 came back as rc={rc}, exit_code={res.get('exit_code')}, reason={res.get('reason')}")
+    if missing := KEYS - set(res):
+        bad.append(f"result lacks {sorted(missing)}")
+    log = host.file(res.get("log") or "/nonexistent")
+    if not log.exists or "KOOI-RUNCHECK-OUT" not in log.content_string:
+        bad.append(f"the run's log {res.get('log')} lacks the workload's output")
+    _script(host, ctx, "exit 0")
+    rc0, res0, out0 = _run(host, "runcheck-result-ok")
+    if rc0 != 0 or not res0 or res0.get("reason") != "ok":
+        bad.append(f"exit 0 came back as rc={rc0}, reason={(res0 or {}).get('reason')}: {out0.strip()[-160:]}")
+    if bad:
+        return FAIL, "; ".join(bad)
+    return PASS, f"exit 3 -> rc 3, reason failed; exit 0 -> rc 0, reason ok; log {res['log']}"
+
+
+@check("RUN-TIMEOUT", "a timeout kills the whole workload (every process) and is reported as such",
+       "a hung or hostile workload that outlives its run (and keeps its access)")
+def run_timeout(host, ctx):
+    if (why := _available(host, ctx)) is not None:
+        return NA, why
+    _script(host, ctx, "sleep 6071 & sleep 6072")
+    t0 = time.monotonic()
+    rc, res, out = _run(host, "runcheck-timeout")
+    took = time.monotonic() - t0
+    if res is None:
+        return FAIL, f"no JSON result (rc={rc}): {out.strip()[-200:]}"
+    bad = []
+    if rc != 124 or res.get("reason") != "timeout":
+        bad.append(f"rc={rc}, reason={res.get('reason')} (want 124, timeout)")
+    if took > 60:
+        bad.append(f"the 10 s timeout took {took:.0f} s")
+    procs = host.run("pgrep -af 'sleep 607[12]'").stdout.strip()
+    if procs:
+        bad.append(f"workload processes survived: {procs[:200]}")
+    if left := _leftovers(host, ctx, res.get("run_id", "")):
+        bad.append(f"left on the engine: {left}")
+    if bad:
+        return FAIL, "; ".join(bad)
+    return PASS, f"killed after {took:.1f} s: rc 124, reason timeout, no process or container left"
+
+
+@check("RUN-LOCK", "two runs of the same workflow on the same project do not collide",
+       "concurrent builds corrupting each other's output (cron overlapping a pipeline)")
+def run_lock(host, ctx):
+    if (why := _available(host, ctx)) is not None:
+        return NA, why
+    marker = f"{PROJECT}/.kooi-runcheck-started"
+    host.run(f"rm -f {marker}")
+    _script(host, ctx, "touch /workspace/.kooi-runcheck-started; sleep 6")
+    _run(host, "runcheck-lock-first", background=True)
+    for _ in range(150):
+        if host.file(marker).exists:
+            break
+        time.sleep(0.2)
+    else:
+        return FAIL, "the first run never started its workload (30 s)"
+    rc, res, out = _run(host, "runcheck-lock-second")
+    first = f"{RUN_DIR}/runcheck-lock-first.json"
+    for _ in range(150):
+        if host.file(first).exists:
+            break
+        time.sleep(0.2)
+    if rc != 75 or not res or res.get("reason") != "busy":
+        return FAIL, f"a second run while the first held the lock: rc={rc}, reason={(res or {}).get('reason')}" \
+                     f" (want 75, busy): {out.strip()[-160:]}"
+    if not host.file(first).exists:
+        return FAIL, "the first run did not finish within 30 s of the second"
+    done = json.loads(host.file(first).content_string)
+    if done.get("reason") != "ok":
+        return FAIL, f"the first run was disturbed: reason {done.get('reason')}"
+    return PASS, "second run refused with rc 75 (busy) while the first ran; the first finished ok"
+
+
+@check("RUN-CLEANUP", "nothing of a finished run is left: containers, networks, the scratch script's runs",
+       "leftover containers holding the project, the engine or resources after their run")
+def run_cleanup(host, ctx):
+    if (why := _available(host, ctx)) is not None:
+        return NA, why
+    _script(host, ctx, "exit 0")
+    rc, res, out = _run(host, "runcheck-cleanup")
+    if rc != 0 or not res:
+        return FAIL, f"a trivial run failed: rc={rc}: {out.strip()[-200:]}"
+    left = _leftovers(host, ctx, res["run_id"])
+    older = host.run(ctx.as_runner(f"docker ps -aq --filter label=org.kooi.workflow={WORKFLOW}")).stdout.split()
+    if left or older:
+        return FAIL, f"left on the engine: this run {left}, earlier {WORKFLOW} runs {older}"
+    return PASS, f"run {res['run_id']}: no container or network left (nor of earlier {WORKFLOW} runs)"
