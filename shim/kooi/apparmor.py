@@ -41,14 +41,19 @@ def load_state(path: Path = STATE_PATH) -> dict | None:
         raise AppArmorError(f"{path} is unreadable ({exc}); re-run site.yml (role apparmor)") from None
 
 
-def loaded_profiles(path: Path = PROFILES_PATH) -> dict[str, str]:
-    """name -> mode (enforce, complain, kill, unconfined) of the profiles the kernel holds."""
+def parse_profiles(text: str) -> dict[str, str]:
+    """name -> mode (enforce, complain, kill, unconfined) from the kernel's profile list."""
     out = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         name, _, mode = line.rstrip().rpartition(" (")
         if name and mode.endswith(")"):
             out[name] = mode[:-1]
     return out
+
+
+def loaded_profiles(path: Path = PROFILES_PATH) -> dict[str, str]:
+    """The profiles the kernel holds, with their modes."""
+    return parse_profiles(path.read_text())
 
 
 # The kernel's list is root-only (mode 0440 on Debian's kernels, measured in the QEMU

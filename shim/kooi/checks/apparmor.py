@@ -11,6 +11,7 @@ import json
 import re
 import shlex
 
+from ..apparmor import parse_profiles
 from .confinement import _get
 from .core import FAIL, NA, PASS, check
 
@@ -26,6 +27,9 @@ def _state(host) -> dict | None:
 
 def _names(st: dict) -> list[str]:
     return [n for n in (st.get("runner_profile"), st.get("jail_profile"), st.get("rootlesskit_profile")) if n]
+
+
+NO_PROFILES = "no kooi profiles on this host (role apparmor not run, or kooi_apparmor_enabled=false)"
 
 
 def _kernel_has(host) -> bool:
@@ -74,7 +78,7 @@ def profiles_installed(host, ctx):
 def profiles_enforced(host, ctx):
     st = _state(host)
     if st is None or not st.get("enabled"):
-        return NA, "no kooi profiles on this host (role apparmor not run, or kooi_apparmor_enabled=false)"
+        return NA, NO_PROFILES
     has = _kernel_has(host)
     if not st.get("kernel"):
         if has:
@@ -82,10 +86,7 @@ def profiles_enforced(host, ctx):
         return NA, "the kernel has no AppArmor (or securityfs is not mounted): profiles can only be syntax-checked"
     if not has:
         return FAIL, "site.yml loaded the profiles but the kernel has no AppArmor now (booted with apparmor=0?)"
-    loaded = {}
-    for line in host.file(PROFILES).content_string.splitlines():
-        name, _, mode = line.rstrip().rpartition(" (")
-        loaded[name] = mode.rstrip(")")
+    loaded = parse_profiles(host.file(PROFILES).content_string)
     want = _names(st) + [f"{st['runner_profile']}//nested"] if st.get("runner_profile") else _names(st)
     bad = [f"{n}: {loaded.get(n, 'not loaded')}" for n in want if loaded.get(n) != "enforce"]
     bad += [f"{n}: {m}" for n, m in loaded.items() if n.startswith("kooi-") and m != "enforce" and n not in want]
@@ -99,7 +100,7 @@ def profiles_enforced(host, ctx):
 def workload_profile(host, ctx):
     st = _state(host)
     if st is None or not st.get("enabled"):
-        return NA, "no kooi profiles on this host (role apparmor not run, or kooi_apparmor_enabled=false)"
+        return NA, NO_PROFILES
     if not st.get("kernel"):
         return NA, "the kernel has no AppArmor: workloads cannot be confined by it"
     if ctx.mode == "rootless":

@@ -114,18 +114,15 @@ SYSCALLS = ("bpf", "perf_event_open", "open_by_handle_at", "userfaultfd", "init_
 NEW_MOUNTS = ("unshare_userns", "unshare_mountns", "mount_proc")
 
 
-def _syscalls(host, ctx) -> tuple[str | None, str, dict[str, str]]:
+def _judge(host, ctx, names: tuple[str, ...], what: str) -> tuple[str, str]:
+    """The selftest's syscall probe: each of NAMES must have been refused."""
     status, why, v = _get(host, ctx, "syscalls")
     if status:
-        return status, why, {}
+        return status, why
     raw = v["syscalls"]
     got = dict(item.split(":", 1) for item in raw.split(",") if ":" in item)
     if not got:
-        return FAIL, f"the syscall probe did not run: {raw!r}", {}
-    return None, "", got
-
-
-def _judge(got: dict[str, str], names: tuple[str, ...], what: str) -> tuple[str, str]:
+        return FAIL, f"the syscall probe did not run: {raw!r}"
     missing = [n for n in names if n not in got]
     reached = {n: got[n] for n in names if n in got and got[n] not in DENIED}
     if missing or reached:
@@ -138,20 +135,14 @@ def _judge(got: dict[str, str], names: tuple[str, ...], what: str) -> tuple[str,
        "module loading or kexec",
        "the kernel interfaces behind most container escapes and kernel exploits")
 def esc_syscalls(host, ctx):
-    status, why, got = _syscalls(host, ctx)
-    if status:
-        return status, why
-    return _judge(got, SYSCALLS, "syscalls")
+    return _judge(host, ctx, SYSCALLS, "syscalls")
 
 
 @check("ESC-FRESH-MOUNTS", "the workload cannot create user or mount namespaces or mount (no fresh procfs, "
        "sysfs or cgroupfs revealing host state)",
        "a fresh procfs/sysfs bypassing the masked and read-only paths")
 def esc_fresh_mounts(host, ctx):
-    status, why, got = _syscalls(host, ctx)
-    if status:
-        return status, why
-    return _judge(got, NEW_MOUNTS, "namespaces and mounts")
+    return _judge(host, ctx, NEW_MOUNTS, "namespaces and mounts")
 
 
 @check("ESC-DEVICES", "no host block device, /dev/kvm, /dev/mem, /dev/kmem, /dev/port or /dev/fuse in the workload",
