@@ -3,6 +3,16 @@
 # local end-to-end run (site.yml on this machine, rootless engine, checks, preflight
 # refusals) and every Molecule scenario on locally built test hosts.
 # Fails loudly when a prerequisite is missing; nothing is skipped.
+#
+# Two lanes run side by side (the CI machine has two cores and most stages wait on
+# one process at a time):
+#   lane 1 (streamed): yamllint, ansible-lint, unit, images, local-e2e, molecule-rootless
+#   lane 2 (logged):   images-vm, molecule-apparmor, then (after lane 1's images)
+#                      molecule-userns_remap
+# Every stage's output is in $KOOI_REPORT_DIR/logs/STAGE.log; lane 2's is printed when
+# the stage ends. Each stage has a time limit (KOOI_STAGE_TIMEOUT_<STAGE>, seconds) so
+# a hang fails that stage with its log instead of stalling the run.
+# KOOI_TEST_SERIAL=1 runs every stage in one lane, in the order above.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -13,26 +23,72 @@ export KOOI_IMAGE_DIR=${KOOI_IMAGE_DIR:-/var/tmp/kooi-images}
 # Written by the images stage (images/runner/prepare-base.sh): the lock with this
 # machine's bootstrapped base pinned; site.yml (local and Molecule) builds from it.
 export KOOI_RUNNER_IMAGE_LOCK=$KOOI_IMAGE_DIR/runner.lock.yml
-mkdir -p "$KOOI_REPORT_DIR"
-passed=0; failed=0; failures=()
+# Where the time goes, in every playbook run (the slowest tasks at the end of each).
+export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=15
+logs=$KOOI_REPORT_DIR/logs
+mkdir -p "$logs"
+rm -f "$logs"/*.status "$logs"/*.log
+start=$SECONDS
+
+# stage NAME CMD...: run CMD with a time limit, its output in $logs/NAME.log (also on
+# stdout when STREAM=1, else printed whole when it ends); "rc seconds" in NAME.status.
 stage() {
   local name=$1; shift
-  echo; echo "=== $name"
-  local t0=$SECONDS
-  if "$@"; then passed=$((passed + 1)); echo "=== $name: ok ($((SECONDS - t0)) s)"
-  else failed=$((failed + 1)); failures+=("$name"); echo "=== $name: FAILED ($((SECONDS - t0)) s)"; fi
+  local var="KOOI_STAGE_TIMEOUT_${name//-/_}"; var=${var^^}
+  local limit=${!var:-2700} t0=$SECONDS rc
+  if [ "${STREAM:-1}" = 1 ]; then
+    echo; echo "=== $name (started at +$((SECONDS - start)) s)"
+    set +e; timeout -k 60 "$limit" "$@" 2>&1 | tee "$logs/$name.log"; rc=${PIPESTATUS[0]}; set -e
+  else
+    set +e; timeout -k 60 "$limit" "$@" >"$logs/$name.log" 2>&1; rc=$?; set -e
+  fi
+  [ "$rc" != 124 ] && [ "$rc" != 137 ] || echo "=== $name: timed out after $limit s" >>"$logs/$name.log"
+  echo "$rc $((SECONDS - t0))" >"$logs/$name.status"
+  {
+    flock 9
+    if [ "${STREAM:-1}" != 1 ]; then
+      echo; echo "=== $name (lane 2, started at +$((t0 - start)) s)"; cat "$logs/$name.log"
+    fi
+    [ "$rc" = 0 ] && echo "=== $name: ok ($((SECONDS - t0)) s)" || echo "=== $name: FAILED, rc $rc ($((SECONDS - t0)) s)"
+  } 9>"$logs/.print.lock"
+  return 0
 }
+ok() { [ -f "$logs/$1.status" ] && [ "$(cut -d' ' -f1 "$logs/$1.status")" = 0 ]; }
+# wait_for STAGE: block until lane 1 has finished STAGE; false when it failed.
+wait_for() { while [ ! -f "$logs/$1.status" ]; do sleep 5; done; ok "$1"; }
+skipped() { echo "1 0" >"$logs/$1.status"; echo "=== $1: FAILED, not run: $2"; }
+
+molecule_stage() {
+  stage "molecule-$1" env MOLECULE_EPHEMERAL_DIRECTORY="/var/tmp/kooi-molecule-$1" molecule test -s "$1"
+}
+lane2() {
+  stage images-vm images/vm/build.sh bookworm "$KOOI_IMAGE_DIR/vm"
+  if ok images-vm; then molecule_stage apparmor; else skipped molecule-apparmor "images-vm failed"; fi
+  if wait_for images; then molecule_stage userns_remap; else skipped molecule-userns_remap "images failed"; fi
+}
+
+lane2_pid=
+if [ "${KOOI_TEST_SERIAL:-0}" != 1 ]; then
+  STREAM=0 lane2 & lane2_pid=$!
+fi
 stage yamllint yamllint -s .
 stage ansible-lint bash -c 'cd ansible && ansible-lint --offline -q site.yml ../roles ../molecule'
 stage unit pytest -q -p no:cacheprovider tests/unit --junitxml "$KOOI_REPORT_DIR/unit.xml"
-stage images bash -c 'molecule/testhost/build-images.sh && images/runner/prepare-base.sh "$KOOI_IMAGE_DIR" \
-  && images/vm/build.sh bookworm "$KOOI_IMAGE_DIR/vm"'
-stage local-e2e pytest -q -p no:cacheprovider tests/e2e --junitxml "$KOOI_REPORT_DIR/e2e.xml"
-for scenario in rootless userns_remap apparmor; do
-  stage "molecule-$scenario" env MOLECULE_EPHEMERAL_DIRECTORY="/var/tmp/kooi-molecule-$scenario" \
-    molecule test -s "$scenario"
+stage images bash -c 'molecule/testhost/build-images.sh && images/runner/prepare-base.sh "$KOOI_IMAGE_DIR"'
+if ok images; then
+  stage local-e2e pytest -q -p no:cacheprovider --durations=15 tests/e2e --junitxml "$KOOI_REPORT_DIR/e2e.xml"
+  molecule_stage rootless
+else
+  skipped local-e2e "images failed"; skipped molecule-rootless "images failed"
+fi
+if [ -n "$lane2_pid" ]; then wait "$lane2_pid"; else lane2; fi
+
+echo; echo "=== summary (wall $((SECONDS - start)) s)"
+failed=()
+for s in yamllint ansible-lint unit images local-e2e molecule-rootless images-vm molecule-apparmor molecule-userns_remap; do
+  read -r rc secs <"$logs/$s.status" 2>/dev/null || { rc=missing; secs=0; }
+  printf '%-24s %-8s %5s s\n' "$s" "$([ "$rc" = 0 ] && echo ok || echo "FAILED")" "$secs"
+  [ "$rc" = 0 ] || failed+=("$s")
 done
-echo
-[ $failed -eq 0 ] || echo "failed stages: ${failures[*]}"
-echo "stages: $passed passed, $failed failed"
-[ $failed -eq 0 ]
+[ ${#failed[@]} -eq 0 ] || { echo "failed stages: ${failed[*]}"; exit 1; }
+echo "all stages passed"
