@@ -168,6 +168,30 @@ def test_authorization_plugin_down_fails_closed_and_is_reported(host, ctx):
     assert host.run("pidof dockerd").stdout.strip() == dockerd
 
 
+def test_daemon_without_its_authorization_plugin_lets_privileged_requests_through(host, ctx):
+    """A privileged request slipping past the policy: with roles/authz, daemon.json
+    without kooi-authz and the daemon restarted, the runner's --privileged, host-mount
+    and host-namespace requests reach the engine, and exactly the POL-AUTHZ-* checks
+    fail. Without the plugin the check says why it does not apply."""
+    if not ctx.engine.get("authz"):
+        [res] = run_all(host, ctx, ["POL-AUTHZ-REFUSES"])
+        assert res.status == "na" and "kooi_authz_enabled is false" in res.evidence, res
+        return
+    path = ctx.engine["daemon_config"]
+    unit = ctx.engine.get("systemd_unit") or "docker.service"
+    drop = ("import json,sys; p=sys.argv[1]; d=json.load(open(p)); d.pop('authorization-plugins'); "
+            "open(p,'w').write(json.dumps(d, indent=2))")
+    try:
+        with backup(host, path):
+            assert host.run(f"python3 -c {shlex.quote(drop)} {shlex.quote(path)}").rc == 0
+            assert host.run(f"systemctl restart {unit}").rc == 0
+            assert failing(host, ctx) == {"POL-AUTHZ-PLUGIN", "POL-AUTHZ-REFUSES"}
+    finally:
+        assert host.run(f"systemctl restart {unit}").rc == 0
+    assert host.run(ctx.as_runner("timeout 60 sh -c 'until docker info >/dev/null 2>&1; do sleep 1; done'")).rc == 0
+    assert {r.status for r in run_all(host, ctx, ["POL-AUTHZ-PLUGIN", "POL-AUTHZ-REFUSES"])} == {"pass"}
+
+
 def egress(host) -> dict:
     f = host.file("/etc/kooi/egress.json")
     assert f.exists, "egress control is on by default and in every scenario: /etc/kooi/egress.json is missing"
@@ -179,6 +203,19 @@ def test_egress_rules_gone(host, ctx):
     assert host.run(f"nft delete table inet {eg['table']}").rc == 0
     try:
         assert failing(host, ctx) == {"NET-EGRESS-RULES", "NET-EGRESS-CONFINED"}
+    finally:
+        assert host.run(f"nft -f {shlex.quote(eg['rules_file'])}").rc == 0
+
+
+def test_egress_rule_letting_the_runner_out(host, ctx):
+    """An open egress rule: an accept for the runner's uid ahead of kooi's reject (as an
+    operator's quick fix would add it). The table and its uid set are intact, the
+    behaviour is not: NET-EGRESS-CONFINED, which tries the real connection, fails."""
+    eg = egress(host)
+    uid = int(ctx.engine["runner_uid"])
+    assert host.run(f"nft insert rule inet {eg['table']} output meta skuid {uid} accept").rc == 0
+    try:
+        assert failing(host, ctx) == {"NET-EGRESS-CONFINED"}
     finally:
         assert host.run(f"nft -f {shlex.quote(eg['rules_file'])}").rc == 0
 

@@ -77,6 +77,7 @@ class Result:
     cleanup: dict | None = None
     egress: dict | None = None
     apparmor: dict | None = None
+    seccomp: dict | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -360,6 +361,8 @@ def run_container(wf: Workflow, cfg: EngineConfig, project: Path, run_id: str, r
     wants_limits = any(v is not None for v in (wf.limits.memory, wf.limits.cpus, wf.limits.pids))
     enforce = engine_limits(client.info()) if wants_limits else {"memory": False, "pids": False, "cpus": False}
     kw = _container_args(wf, cfg, img.attrs, project, run_id, enforce, res)
+    res.seccomp = _container_seccomp(kw, img.attrs)
+    log.note("seccomp: " + res.seccomp["note"])
     for w in res.warnings:
         log.note(f"warning: {w}")
     conf = _apparmor(lambda state: apparmor.for_container(cfg.mode, state))
@@ -602,15 +605,48 @@ class BrokeredEngine:
             self.log.note(f"testcontainers: removed {n} object(s) the run created")
 
 
+# --- kooi's seccomp filter (kooi/seccomp.py) -------------------------------------------
+
+SECCOMP_NOTE = ("kooi's filter: no io_uring, bpf, perf_event_open, userfaultfd, handle syscalls, modules, "
+                "kexec, keyring, mounts, namespaces")
+# Run by the image's python3 in containers of kooi's runner image (standard library only).
+SECCOMP_SOURCE = Path(__file__).with_name("seccomp.py").read_text()
+
+
+def _seccomp_program() -> bytes:
+    from . import seccomp
+
+    try:
+        return seccomp.program()
+    except ValueError as exc:
+        raise RunError("unavailable", EXIT_UNAVAILABLE, str(exc)) from None
+
+
+def _container_seccomp(kw: dict, img_attrs: dict) -> dict:
+    """Stack kooi's filter on the engine's profile where the image is kooi's runner image
+    (its python3 installs the filter, then executes the image's entrypoint and command)."""
+    conf = img_attrs.get("Config") or {}
+    if not (conf.get("Labels") or {}).get("org.kooi.image"):
+        return {"engine": "default", "kooi": False,
+                "note": "the engine's default profile only (kooi's filter is installed by the python3 of "
+                        "kooi's runner image; this image is not one)"}
+    _seccomp_program()
+    kw["entrypoint"] = ["python3", "-I", "-c", SECCOMP_SOURCE, "--", *(conf.get("Entrypoint") or [])]
+    return {"engine": "default", "kooi": True, "note": SECCOMP_NOTE + ", stacked on the engine's default profile"}
+
+
 # --- jail mode ----------------------------------------------------------------------
 
 
 JAIL_PROXY_DIR = "/run/kooi"
 
 
-def bwrap_argv(wf: Workflow, project: Path, proxy: tuple[Path, int] | None = None) -> list[str]:
+def bwrap_argv(wf: Workflow, project: Path, proxy: tuple[Path, int] | None = None,
+               seccomp_fd: int | None = None) -> list[str]:
     """PROXY: (the bridge's directory, the proxy port) for network: proxy: the jail gets
-    the bridge socket and a forwarder on its own loopback, never a network."""
+    the bridge socket and a forwarder on its own loopback, never a network.
+    SECCOMP_FD: a readable fd holding kooi's seccomp program (kooi/seccomp.py), which
+    bwrap installs right before it executes the workload."""
     if not shutil.which("bwrap"):
         raise RunError("unavailable", EXIT_UNAVAILABLE, "bwrap is missing (package bubblewrap); re-run site.yml")
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -625,6 +661,8 @@ def bwrap_argv(wf: Workflow, project: Path, proxy: tuple[Path, int] | None = Non
              "--bind", str(project), WORKSPACE, "--chdir", str(Path(WORKSPACE) / wf.workdir),
              "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
              "--setenv", "HOME", "/tmp/home", "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     env: dict[str, str] = {}
     command = list(wf.command)
     if proxy is not None:
@@ -662,18 +700,29 @@ def run_jail(wf: Workflow, project: Path, res: Result, log: Log, interrupted: Ca
     conf, prefix = _apparmor(apparmor.for_jail)
     res.apparmor = conf.as_dict()
     log.note(conf.note)
+    filt = _seccomp_program()
+    res.seccomp = {"engine": None, "kooi": True, "note": SECCOMP_NOTE + " (bwrap --seccomp)"}
+    log.note("seccomp: " + res.seccomp["note"])
+    rfd, wfd = os.pipe()
     try:
-        argv = bwrap_argv(wf, project, (bridge.dir, eg.port) if bridge else None)
-        return _run_bwrap([*prefix, *argv], wf, log, interrupted)
+        os.write(wfd, filt)
+        os.close(wfd)
+        wfd = -1
+        argv = bwrap_argv(wf, project, (bridge.dir, eg.port) if bridge else None, rfd)
+        return _run_bwrap([*prefix, *argv], wf, log, interrupted, pass_fds=(rfd,))
     finally:
+        os.close(rfd)
+        if wfd >= 0:
+            os.close(wfd)
         if bridge is not None:
             bridge.close()
             shutil.rmtree(bridge.dir, ignore_errors=True)
 
 
-def _run_bwrap(argv: list[str], wf: Workflow, log: Log, interrupted: Callable[[], int | None]) -> int:
+def _run_bwrap(argv: list[str], wf: Workflow, log: Log, interrupted: Callable[[], int | None],
+               pass_fds: tuple[int, ...] = ()) -> int:
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, pass_fds=pass_fds)
     assert proc.stdout is not None
     out = proc.stdout
 

@@ -23,7 +23,7 @@ from .conftest import KOOI, REPO
 
 RESULT_KEYS = {"workflow", "run_id", "project", "mode", "isolation", "workflow_file", "image",
                "image_digest", "start", "end", "duration_s", "exit_code", "reason", "message", "log",
-               "limits", "warnings", "broker", "cleanup", "egress", "apparmor"}
+               "limits", "warnings", "broker", "cleanup", "egress", "apparmor", "seccomp"}
 
 SLEEPER = {"mode": "container", "command": ["sh", "-c", "sleep 600 & sleep 600"], "timeout": 3}
 JAIL_PROBE = r"""
@@ -231,6 +231,45 @@ def test_jail_writes_only_the_project_and_has_no_network_or_socket(host, wfdir, 
     assert "SEES:" not in out, out
     assert "NET:refused" in out, out
     assert result["isolation"] == "jail" and result["image"] is None
+
+
+SYSCALL_PROBE = r"""
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True); libc.syscall.restype = ctypes.c_long
+def call(nr, *a):
+    r = libc.syscall(nr, *[ctypes.c_long(x) for x in a]); e = ctypes.get_errno()
+    return "ok" if r >= 0 else errno.errorcode.get(e, str(e))
+# x86_64: io_uring_setup(1, NULL), bpf(BPF_PROG_LOAD, NULL, 0), userfaultfd(0), unshare(CLONE_NEWUSER)
+print("SYSCALLS", call(425, 1, 0), call(321, 5, 0, 0), call(323, 0), call(272, 0x10000000))
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe uses x86_64 system call numbers")
+def test_kooi_seccomp_filter_confines_jails_and_runner_containers(host, wfdir, project):
+    """io_uring answers kooi's ENOSYS in a jail and in a runner container; the controls
+    (the same probe as the runner user outside any jail, and in the same image started
+    on the same engine without kooi) show the call reaching the kernel (EFAULT for its
+    NULL argument) or, on engines whose default profile refuses it, the engine's EPERM."""
+    proj = project("python-example")
+    for mode in ("jail", "container"):
+        wf_ = {"mode": mode, "command": ["python3", "-I", "-c", SYSCALL_PROBE], "timeout": 120}
+        if mode == "container":
+            wf_["image"] = "runner"
+        write_wf(wfdir, f"probe-{mode}", wf_)
+        res, result = kooi_run(f"probe-{mode}", proj, wfdir)
+        assert res.returncode == 0, res.stdout + res.stderr
+        line = next(x for x in res.stdout.splitlines() if x.startswith("SYSCALLS "))
+        assert line.split()[1:] == ["ENOSYS", "EPERM", "EPERM", "EPERM"], (mode, line)
+        assert result["seccomp"]["kooi"] is True, result["seccomp"]
+    plain = subprocess.run(["runuser", "-u", host["runner_user"], "--", "python3", "-I", "-c", SYSCALL_PROBE],
+                           capture_output=True, text=True, check=True)
+    assert plain.stdout.split()[1] == "EFAULT", plain.stdout
+    image = host["pins"]["runner"]["id"]
+    bare = subprocess.run(["runuser", "-u", host["runner_user"], "--", "env", f"DOCKER_HOST=unix://{host['socket']}",
+                           "docker", "run", "--rm", "--network", "none", "--cap-drop", "ALL", image,
+                           "python3", "-I", "-c", SYSCALL_PROBE], capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 0, bare.stderr
+    assert bare.stdout.split()[1] in ("EFAULT", "EPERM"), bare.stdout
 
 
 def test_jail_timeout_kills_every_jailed_process(host, wfdir, project):

@@ -94,3 +94,29 @@ def test_cis_report_by_benchmark_item(engine):
 def test_unknown_check_ids_are_usage_errors(engine):
     res = verify("--check", "HOST-NOPE")
     assert res.returncode == 2 and "unknown check id" in res.stderr
+
+
+def test_workload_probes_fail_when_the_workload_is_not_confined(engine):
+    """Negative control for the in-workload checks: the self-test's own program, run
+    with no confinement at all (as root on this host: a workflow that slipped past every
+    policy), makes each ID-*/ESC-* check it feeds fail. Their passes on confined runs
+    therefore come from the confinement, not from probes that cannot see anything."""
+    import testinfra
+    import yaml
+
+    from kooi.checks import Context, run_all
+
+    command = yaml.safe_load(Path("/etc/kooi/workflows/kooi-selftest.yml").read_text())["command"]
+    res = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd="/")
+    seen = dict(line[len("KOOI-SELFTEST "):].partition("=")[::2] for line in res.stdout.splitlines()
+                if line.startswith("KOOI-SELFTEST "))
+    assert res.returncode == 0 and seen.get("end") == "1", res.stdout[-2000:] + res.stderr[-2000:]
+    host = testinfra.get_host("local://")
+    ctx = Context.from_host(host)
+    ctx.cache["selftest"] = (seen, "")
+    ids = ["ID-NONROOT", "ID-CAPS", "ID-NNP", "ID-SECCOMP", "ID-ROOTFS-RO", "ID-NOSOCKET",
+           "ESC-SYSCALLS", "ESC-FRESH-MOUNTS", "ESC-DEVICES"]
+    got = {r.id: (r.status, r.evidence) for r in run_all(host, ctx, ids)}
+    assert {i for i, (status, _) in got.items() if status != "fail"} == set(), got
+    # io_uring and bpf reached the kernel: the probe tells a refused call from a taken one.
+    assert "io_uring_setup" in got["ESC-SYSCALLS"][1] and "bpf" in got["ESC-SYSCALLS"][1], got["ESC-SYSCALLS"]

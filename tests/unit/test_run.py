@@ -69,9 +69,23 @@ def test_workdir_is_inside_the_workspace():
     assert kw["working_dir"] == "/workspace/sub/dir"
 
 
+def test_kooi_seccomp_filter_wraps_only_kooi_runner_images():
+    kooi_img = {"Config": {**IMG["Config"], "Labels": {"org.kooi.image": "runner"}, "Entrypoint": ["/e"]}}
+    kw, _ = args(wf(), img=kooi_img)
+    info = run._container_seccomp(kw, kooi_img)
+    assert info["kooi"] is True and info["engine"] == "default"
+    ep = kw["entrypoint"]
+    assert ep[:3] == ["python3", "-I", "-c"] and ep[3] == run.SECCOMP_SOURCE and ep[4:] == ["--", "/e"]
+    assert kw["command"] == ["mvn", "verify"]
+    kw, _ = args(wf())
+    info = run._container_seccomp(kw, IMG)
+    assert info["kooi"] is False and "entrypoint" not in kw and "not one" in info["note"]
+
+
 def test_jail_binds_only_usr_etc_and_the_project(monkeypatch):
     monkeypatch.setattr(run.shutil, "which", lambda _: "/usr/bin/bwrap")
-    argv = run.bwrap_argv(wf(environment={"A": "b"}), Path("/home/kooi-runner/p"))
+    argv = run.bwrap_argv(wf(environment={"A": "b"}), Path("/home/kooi-runner/p"), seccomp_fd=7)
+    assert argv[argv.index("--seccomp") + 1] == "7"
     binds = [(argv[i], argv[i + 1], argv[i + 2]) for i, a in enumerate(argv)
              if a in ("--bind", "--ro-bind", "--dev-bind")]
     rw = [b for b in binds if b[0] in ("--bind", "--dev-bind")]

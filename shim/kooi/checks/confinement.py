@@ -81,10 +81,12 @@ def nnp(host, ctx):
 
 @check("ID-SECCOMP", "a seccomp filter confines the workload", "the full kernel syscall surface")
 def seccomp(host, ctx):
-    st, why, v = _get(host, ctx, "Seccomp")
+    st, why, v = _get(host, ctx, "Seccomp", "Seccomp_filters")
     if st:
         return st, why
-    return (PASS if v["Seccomp"] == "2" else FAIL), f"Seccomp {v['Seccomp']} (2 = filter)"
+    n = v["Seccomp_filters"]
+    return (PASS if v["Seccomp"] == "2" else FAIL), f"Seccomp {v['Seccomp']} (2 = filter)" + \
+        (f", {n} filter(s) stacked" if n not in ("?", "") else "")
 
 
 @check("ID-ROOTFS-RO", "the workload's root filesystem is read-only and /workspace is writable",
@@ -110,7 +112,7 @@ def nosocket(host, ctx):
 
 DENIED = {"EPERM", "EACCES", "ENOSYS"}
 SYSCALLS = ("bpf", "perf_event_open", "open_by_handle_at", "userfaultfd", "init_module", "finit_module",
-            "kexec_load")
+            "kexec_load", "io_uring_setup")
 NEW_MOUNTS = ("unshare_userns", "unshare_mountns", "mount_proc")
 
 
@@ -132,7 +134,7 @@ def _judge(host, ctx, names: tuple[str, ...], what: str) -> tuple[str, str]:
 
 
 @check("ESC-SYSCALLS", "the workload cannot use bpf, perf_event_open, open_by_handle_at, userfaultfd, "
-       "module loading or kexec",
+       "module loading, kexec or io_uring",
        "the kernel interfaces behind most container escapes and kernel exploits")
 def esc_syscalls(host, ctx):
     return _judge(host, ctx, SYSCALLS, "syscalls")

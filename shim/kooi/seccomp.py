@@ -1,0 +1,129 @@
+"""kooi's own seccomp filter, stacked on whatever the engine applies.
+
+Docker's default profile confines containers, but the one in Debian 12 (docker.io
+20.10) still lets io_uring through, and a bubblewrap jail has no seccomp filter at
+all. This filter refuses the kernel interfaces behind most escapes and kernel exploits:
+io_uring (ENOSYS, so runtimes fall back to ordinary I/O), bpf, perf_event_open,
+userfaultfd, open_by_handle_at/name_to_handle_at, module loading, kexec, the keyring,
+mount and the new mount API, pivot_root, swap, reboot, acct, quotactl, unshare/setns
+and clone with any CLONE_NEW* flag (clone3 answers ENOSYS so the C library falls back
+to clone, whose flags a filter can read). Other architectures' system calls (i386,
+x32) are refused outright. Everything else is the engine's (or the kernel's) to decide.
+
+Filters stack: a process can only add restrictions, never lift them, and the last
+installed filter's errno wins among equal verdicts — hence kooi's distinct ENOSYS for
+io_uring shows in the evidence that this filter, not the engine's, answered.
+
+Self-contained (standard library only): jails get `program()` through
+`bwrap --seccomp FD`; containers of kooi's runner image run this file's source with
+the image's python3, which installs the filter and executes the workload:
+
+    python3 -I -c "$(cat seccomp.py)" -- COMMAND...
+"""
+
+import ctypes
+import errno
+import os
+import struct
+import sys
+
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+X32_SYSCALL_BIT = 0x40000000
+# name: (x86_64, aarch64)
+DENIED = {
+    "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282),
+    "open_by_handle_at": (304, 265), "name_to_handle_at": (303, 264),
+    "init_module": (175, 105), "finit_module": (313, 273), "delete_module": (176, 106),
+    "kexec_load": (246, 104), "kexec_file_load": (320, 294),
+    "add_key": (248, 217), "request_key": (249, 218), "keyctl": (250, 219),
+    "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41),
+    "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430), "fsconfig": (431, 431),
+    "fsmount": (432, 432), "fspick": (433, 433), "mount_setattr": (442, 442),
+    "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142), "acct": (163, 89),
+    "quotactl": (179, 60), "unshare": (272, 97), "setns": (308, 268),
+}
+NOT_IMPLEMENTED = {
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    "clone3": (435, 435),
+}
+CLONE = (56, 220)
+# CLONE_NEWTIME | CLONE_NEWNS | CLONE_NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+CLONE_NEW_FLAGS = 0x00000080 | 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 \
+    | 0x20000000 | 0x40000000
+
+_LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
+
+
+def program(machine: str | None = None) -> bytes:
+    """The filter as a classic BPF program (struct sock_filter[]), for MACHINE
+    (default: this one). ValueError for an architecture kooi has no table for."""
+    machine = machine or os.uname().machine
+    if machine not in AUDIT_ARCH:
+        raise ValueError(f"kooi's seccomp filter has no system call table for {machine}")
+    col = 0 if machine == "x86_64" else 1
+    ins: list[tuple[int, object, object, int]] = [
+        (_LD_ABS, 0, 0, 4),                                  # seccomp_data.arch
+        (_JEQ, 0, "deny", AUDIT_ARCH[machine]),
+        (_LD_ABS, 0, 0, 0),                                  # seccomp_data.nr
+    ]
+    if machine == "x86_64":
+        ins.append((_JGE, "deny", 0, X32_SYSCALL_BIT))
+    ins.append((_JEQ, "clone", 0, CLONE[col]))
+    ins += [(_JEQ, "enosys", 0, nrs[col]) for nrs in NOT_IMPLEMENTED.values()]
+    ins += [(_JEQ, "deny", 0, nrs[col]) for nrs in DENIED.values()]
+    ins.append((_RET, 0, 0, RET_ALLOW))
+    labels = {"clone": len(ins)}
+    ins += [(_LD_ABS, 0, 0, 16),                             # args[0] (flags), low 32 bits
+            (_JSET, "deny", 0, CLONE_NEW_FLAGS),
+            (_RET, 0, 0, RET_ALLOW)]
+    labels["deny"] = len(ins)
+    ins.append((_RET, 0, 0, RET_ERRNO | errno.EPERM))
+    labels["enosys"] = len(ins)
+    ins.append((_RET, 0, 0, RET_ERRNO | errno.ENOSYS))
+    out = b""
+    for i, (code, jt, jf, k) in enumerate(ins):
+        jt = labels[jt] - i - 1 if isinstance(jt, str) else jt
+        jf = labels[jf] - i - 1 if isinstance(jf, str) else jf
+        assert 0 <= jt < 256 and 0 <= jf < 256
+        out += struct.pack("<HBBI", code, jt, jf, k)
+    return out
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install(prog: bytes | None = None) -> None:
+    """Install the filter on this process (and everything it executes). Sets
+    no_new_privs first, as the kernel requires of an unprivileged caller."""
+    prog = prog if prog is not None else program()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    fprog = _SockFprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    for option, arg, ptr in ((38, 1, None), (22, 2, ctypes.addressof(fprog))):  # NO_NEW_PRIVS; SECCOMP FILTER
+        if libc.prctl(option, arg, ptr, 0, 0) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"prctl({option}): {os.strerror(e)}")
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        sys.exit("usage: python3 -c \"$(cat seccomp.py)\" -- COMMAND...")
+    try:
+        install()
+    except (OSError, ValueError) as exc:
+        print(f"kooi: cannot install kooi's seccomp filter: {exc}", file=sys.stderr)
+        sys.exit(125)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        print(f"kooi: {argv[0]}: {exc.strerror}", file=sys.stderr)
+        sys.exit(127 if exc.errno == errno.ENOENT else 126)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
