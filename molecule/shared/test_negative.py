@@ -1,8 +1,15 @@
 """Negative controls: each deliberate misconfiguration makes exactly its checks fail.
 
 A check that nothing can make fail proves nothing. Each test breaks one thing on a
-provisioned test host, runs the whole catalogue, asserts that the expected checks
-fail and every other one still passes, and restores the host.
+provisioned test host, runs the catalogue, asserts that the expected checks fail and
+every other one still passes, and restores the host.
+
+The baseline runs the whole catalogue. Each control runs every check but the
+in-workload ones (ID-*, ESC-SYSCALLS, ESC-FRESH-MOUNTS, ESC-DEVICES, RUN-*): those run
+workloads through `kooi run` and dominate each catalogue run (the controls took 17
+minutes per scenario with them), and no host misconfiguration here changes what a
+workload sees. Their own negative controls: the self-test's program run unconfined
+(tests/e2e/test_verify.py) and a setuid shell in the image (below).
 """
 
 from __future__ import annotations
@@ -13,8 +20,10 @@ import shlex
 
 import pytest
 
-from kooi.checks import Context, run_all
+from kooi.checks import CHECKS, Context, run_all
 from kooi.checks.core import FAIL
+
+IN_WORKLOAD = ("ID-", "RUN-", "ESC-SYSCALLS", "ESC-FRESH-MOUNTS", "ESC-DEVICES")
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +40,15 @@ def backup(host, path):
         host.run(f"mv -f {path}.kooi-neg {path}")
 
 
-def failing(host, ctx) -> set[str]:
+def failing(host, ctx, everything: bool = False) -> set[str]:
+    """The failing checks: all but the in-workload ones unless EVERYTHING."""
     ctx.cache.clear()
-    return {r.id for r in run_all(host, ctx) if r.status == FAIL}
+    ids = [c.id for c in CHECKS if everything or not c.id.startswith(IN_WORKLOAD)]
+    return {r.id for r in run_all(host, ctx, ids) if r.status == FAIL}
 
 
 def test_baseline_passes(host, ctx):
-    assert failing(host, ctx) == set()
+    assert failing(host, ctx, everything=True) == set()
 
 
 def test_runner_in_group_docker(host, ctx):
