@@ -45,6 +45,8 @@ stage() {
     set +e; timeout -k 60 "$limit" "$@" >"$logs/$name.log" 2>&1; rc=$?; set -e
   fi
   [ "$rc" != 124 ] && [ "$rc" != 137 ] || echo "=== $name: timed out after $limit s" >>"$logs/$name.log"
+  # ON_FAIL: a command whose output (what the failed stage left running) joins the log.
+  [ "$rc" = 0 ] || [ -z "${ON_FAIL:-}" ] || $ON_FAIL >>"$logs/$name.log" 2>&1 || true
   echo "$rc $((SECONDS - t0))" >"$logs/$name.status"
   {
     flock 9
@@ -60,8 +62,18 @@ ok() { [ -f "$logs/$1.status" ] && [ "$(cut -d' ' -f1 "$logs/$1.status")" = 0 ];
 wait_for() { while [ ! -f "$logs/$1.status" ]; do sleep 5; done; ok "$1"; }
 skipped() { echo "1 0" >"$logs/$1.status"; echo "=== $1: FAILED, not run: $2"; }
 
+# What the test hosts of a failed (typically timed-out: molecule had no chance to
+# destroy them) scenario were doing: pending systemd jobs, processes, the journal.
+molecule_diagnostics() {
+  local c
+  for c in $(docker ps --format '{{.Names}}' --filter "name=^kooi-$1-"); do
+    echo; echo "=== diagnostics of $c"
+    timeout 60 docker exec "$c" sh -c 'systemctl list-jobs --no-pager; systemctl --failed --no-pager;
+      ps -eo pid,user,etime,stat,args --forest | head -80; journalctl --no-pager -n 200 -o short-monotonic'
+  done
+}
 molecule_stage() {
-  stage "molecule-$1" env MOLECULE_EPHEMERAL_DIRECTORY="/var/tmp/kooi-molecule-$1" molecule test -s "$1"
+  ON_FAIL="molecule_diagnostics $1" stage "molecule-$1" env MOLECULE_EPHEMERAL_DIRECTORY="/var/tmp/kooi-molecule-$1" molecule test -s "$1"
 }
 lane2() {
   stage images-vm images/vm/build.sh bookworm "$KOOI_IMAGE_DIR/vm"
