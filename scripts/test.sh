@@ -12,7 +12,8 @@
 #                      molecule-userns_remap
 #   lane 3 (logged):   (after lane 1's images) molecule-rootless
 # Every stage's output is in $KOOI_REPORT_DIR/logs/STAGE.log; lanes 2 and 3 print a
-# stage's log when it ends. Each stage has a time limit (KOOI_STAGE_TIMEOUT_<STAGE>, seconds) so
+# stage's log when it ends. Each stage has a time limit (KOOI_STAGE_TIMEOUT_<STAGE>, seconds;
+# default 2700, Molecule scenarios 3600) so
 # a hang fails that stage with its log instead of stalling the run.
 # KOOI_TEST_SERIAL=1 runs every stage in one lane (lane 1, then rootless, then lane 2).
 set -euo pipefail
@@ -37,7 +38,7 @@ start=$SECONDS
 stage() {
   local name=$1; shift
   local var="KOOI_STAGE_TIMEOUT_${name//-/_}"; var=${var^^}
-  local limit=${!var:-2700} t0=$SECONDS rc
+  local limit=${!var:-${STAGE_LIMIT:-2700}} t0=$SECONDS rc
   if [ "${STREAM:-1}" = 1 ]; then
     echo; echo "=== $name (started at +$((SECONDS - start)) s)"
     set +e; timeout -k 60 "$limit" "$@" 2>&1 | tee "$logs/$name.log"; rc=${PIPESTATUS[0]}; set -e
@@ -73,7 +74,8 @@ molecule_diagnostics() {
   done
 }
 molecule_stage() {
-  ON_FAIL="molecule_diagnostics $1" stage "molecule-$1" env MOLECULE_EPHEMERAL_DIRECTORY="/var/tmp/kooi-molecule-$1" molecule test -s "$1"
+  # 3600 s: with three lanes on two cores a full rootless scenario took 2420 s once.
+  STAGE_LIMIT=3600 ON_FAIL="molecule_diagnostics $1" stage "molecule-$1" env MOLECULE_EPHEMERAL_DIRECTORY="/var/tmp/kooi-molecule-$1" molecule test -s "$1"
 }
 lane2() {
   stage images-vm images/vm/build.sh bookworm "$KOOI_IMAGE_DIR/vm"

@@ -5,10 +5,11 @@ provisioned test host, runs the catalogue, asserts that the expected checks fail
 every other one still passes, and restores the host.
 
 The baseline runs the whole catalogue. Each control runs every check but the
-in-workload ones (ID-*, ESC-SYSCALLS, ESC-FRESH-MOUNTS, ESC-DEVICES, RUN-*): those run
-workloads through `kooi run` and dominate each catalogue run (the controls took 17
-minutes per scenario with them), and no host misconfiguration here changes what a
-workload sees. Their own negative controls: the self-test's program run unconfined
+in-workload ones (ID-*, ESC-SYSCALLS, ESC-ENGINE-SYSCALLS, ESC-FRESH-MOUNTS,
+ESC-DEVICES, RUN-*): those run workloads and dominate each catalogue run (the controls
+took 17 minutes per scenario with them), and no host misconfiguration here changes
+what a workload sees. Their own negative controls: the self-test's program run
+unconfined, the engine without kooi's seccomp profile, a leftover run container
 (tests/e2e/test_verify.py) and a setuid shell in the image (below).
 """
 
@@ -23,7 +24,7 @@ import pytest
 from kooi.checks import CHECKS, Context, run_all
 from kooi.checks.core import FAIL
 
-IN_WORKLOAD = ("ID-", "RUN-", "ESC-SYSCALLS", "ESC-FRESH-MOUNTS", "ESC-DEVICES")
+IN_WORKLOAD = ("ID-", "RUN-", "ESC-SYSCALLS", "ESC-ENGINE-SYSCALLS", "ESC-FRESH-MOUNTS", "ESC-DEVICES")
 
 
 @pytest.fixture(scope="module")

@@ -173,6 +173,11 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"kooi verify: unknown check id(s) {', '.join(unknown)}; known: {', '.join(verify.known_ids())}",
               file=sys.stderr)
         return EXIT_USAGE
+    if args.output and not Path(args.output).resolve().parent.is_dir():
+        # Before the checks (they take a while), not after.
+        print(f"kooi verify: --output {args.output}: the directory {Path(args.output).resolve().parent} does not "
+              "exist; create it or name a file in an existing one", file=sys.stderr)
+        return EXIT_USAGE
     try:
         report = verify.run(args.hosts, args.probe_image, args.check)
     except ImportError:
@@ -185,7 +190,11 @@ def _verify(args: argparse.Namespace) -> int:
     out = {"text": verify.render_text, "json": lambda r: json.dumps(r, indent=2) + "\n",
            "junit": verify.render_junit, "cis": verify.render_cis}[args.format](report)
     if args.output:
-        Path(args.output).write_text(out)
+        try:
+            Path(args.output).write_text(out)
+        except OSError as exc:
+            print(f"kooi verify: cannot write --output {args.output}: {exc.strerror}", file=sys.stderr)
+            return EXIT_USAGE
         print(verify.render_text(report).splitlines()[-1])
     else:
         sys.stdout.write(out)

@@ -37,8 +37,8 @@ def containers(engine) -> list[str]:
 def test_json_report_is_complete_valid_and_changes_nothing(engine):
     before, before_containers = fingerprint(), containers(engine)
     res = verify("--format", "json")
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr
     report = json.loads(res.stdout)
+    assert res.returncode == 0, [(c["id"], c["evidence"]) for c in report["checks"] if c["status"] == "fail"]
     jsonschema.validate(report, json.loads((REPO / "docs/verify.schema.json").read_text()))
     assert [c["id"] for c in report["checks"]] == [c.id for c in CHECKS]
     assert report["ok"] and report["summary"]["fail"] == 0
@@ -120,3 +120,63 @@ def test_workload_probes_fail_when_the_workload_is_not_confined(engine):
     assert {i for i, (status, _) in got.items() if status != "fail"} == set(), got
     # io_uring and bpf reached the kernel: the probe tells a refused call from a taken one.
     assert "io_uring_setup" in got["ESC-SYSCALLS"][1] and "bpf" in got["ESC-SYSCALLS"][1], got["ESC-SYSCALLS"]
+
+
+def _as_runner(engine, *cmd: str) -> list[str]:
+    return ["runuser", "-u", engine["runner_user"], "--", "env", f"DOCKER_HOST=unix://{engine['socket']}",
+            f"XDG_RUNTIME_DIR=/run/user/{engine['runner_uid']}", *cmd]
+
+
+def _failing(*ids: str) -> tuple[set[str], dict]:
+    res = verify("--format", "json", *[a for i in ids for a in ("--check", i)])
+    report = json.loads(res.stdout)
+    return {c["id"] for c in report["checks"] if c["status"] == "fail"}, \
+        {c["id"]: c["evidence"] for c in report["checks"]}
+
+
+def test_the_engine_without_kooi_seccomp_profile_fails_its_check(engine):
+    """Negative control for ESC-ENGINE-SYSCALLS. This machine's docker.io is 20.10, whose
+    built-in default seccomp profile lets io_uring through: site.yml gave the engine
+    kooi's profile (daemon.json seccomp-profile), and the check passes with it. The same
+    engine restarted without it lets a plain container's io_uring_setup reach the kernel,
+    and exactly that check fails."""
+    version = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "docker.io"], capture_output=True,
+                             text=True, check=True).stdout
+    assert version.startswith("20.10."), f"this test expects Debian 12's docker.io 20.10, found {version}"
+    conf = Path(engine["daemon_config"])
+    original = conf.read_text()
+    settings = json.loads(original)
+    assert settings.get("seccomp-profile") == "/etc/kooi/seccomp/docker-20.10-kooi.json", settings
+    failing, evidence = _failing("ESC-ENGINE-SYSCALLS", "ESC-USERNS-MAP")
+    assert failing == set(), evidence
+    assert "io_uring_setup EPERM" in evidence["ESC-ENGINE-SYSCALLS"], evidence
+    del settings["seccomp-profile"]
+    conf.write_text(json.dumps(settings))
+    try:
+        subprocess.run([KOOI, "engine", "stop"], check=True, capture_output=True)
+        subprocess.run([KOOI, "engine", "start"], check=True, capture_output=True)
+        failing, evidence = _failing("ESC-ENGINE-SYSCALLS", "ESC-USERNS-MAP")
+    finally:
+        conf.write_text(original)
+        subprocess.run([KOOI, "engine", "stop"], check=True, capture_output=True)
+        subprocess.run([KOOI, "engine", "start"], check=True, capture_output=True)
+    assert failing == {"ESC-ENGINE-SYSCALLS"}, evidence
+    assert "io_uring_setup" in evidence["ESC-ENGINE-SYSCALLS"] and "built in" in evidence["ESC-ENGINE-SYSCALLS"]
+
+
+def test_a_leftover_run_container_fails_run_cleanup(engine):
+    """Negative control for RUN-CLEANUP: a container a crashed kooi-runcheck run left
+    behind (labelled like one) fails exactly that check; RUN-RESULT still passes."""
+    pins = json.loads(Path("/etc/kooi/images.json").read_text())
+    name = "kooi-runcheck-leftover"
+    subprocess.run(_as_runner(engine, "docker", "create", "--label", "org.kooi.managed=1",
+                              "--label", "org.kooi.workflow=kooi-runcheck", "--name", name,
+                              pins["runner"]["id"], "true"), check=True, capture_output=True)
+    try:
+        failing, evidence = _failing("RUN-CLEANUP", "RUN-RESULT")
+    finally:
+        subprocess.run(_as_runner(engine, "docker", "rm", "-f", name), check=True, capture_output=True)
+    assert failing == {"RUN-CLEANUP"}, evidence
+    assert "earlier kooi-runcheck runs" in evidence["RUN-CLEANUP"]
+    failing, evidence = _failing("RUN-CLEANUP")
+    assert failing == set(), evidence

@@ -50,3 +50,10 @@ def test_usage_errors_exit_2():
     with pytest.raises(SystemExit) as exc:
         cli.main(["run"])
     assert exc.value.code == 2
+
+
+def test_verify_output_in_a_missing_directory_is_refused_before_any_check(tmp_path, capsys):
+    out = tmp_path / "nope" / "report.xml"
+    assert cli.main(["verify", "--format", "junit", "--output", str(out), "--check", "HOST-RUNNER-USER"]) == 2
+    err = capsys.readouterr().err
+    assert f"the directory {tmp_path / 'nope'} does not exist" in err and not out.exists()

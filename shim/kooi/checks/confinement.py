@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import shlex
 
+import yaml
+
 from .core import FAIL, NA, PASS, check
 
 SELFTEST = "/etc/kooi/workflows/kooi-selftest.yml"
@@ -121,7 +123,11 @@ def _judge(host, ctx, names: tuple[str, ...], what: str) -> tuple[str, str]:
     status, why, v = _get(host, ctx, "syscalls")
     if status:
         return status, why
-    raw = v["syscalls"]
+    return judge_syscalls(v["syscalls"], names, what)
+
+
+def judge_syscalls(raw: str, names: tuple[str, ...], what: str) -> tuple[str, str]:
+    """The selftest's `syscalls=` line (name:errno,...): each of NAMES must have been refused."""
     got = dict(item.split(":", 1) for item in raw.split(",") if ":" in item)
     if not got:
         return FAIL, f"the syscall probe did not run: {raw!r}"
@@ -138,6 +144,31 @@ def _judge(host, ctx, names: tuple[str, ...], what: str) -> tuple[str, str]:
        "the kernel interfaces behind most container escapes and kernel exploits")
 def esc_syscalls(host, ctx):
     return _judge(host, ctx, SYSCALLS, "syscalls")
+
+
+@check("ESC-ENGINE-SYSCALLS", "a container with only the engine's default seccomp profile (as Testcontainers' "
+       "containers run) cannot use io_uring, bpf, perf_event_open, open_by_handle_at, userfaultfd, module loading "
+       "or kexec", "kernel exploits from containers that kooi's own filter does not reach (images other than "
+       "the runner image, started through the broker)")
+def esc_engine_syscalls(host, ctx):
+    pins = host.file("/etc/kooi/images.json")
+    pin = (json.loads(pins.content_string).get("runner") if pins.exists else None) or {}
+    if not pin.get("id") or not host.file(SELFTEST).exists:
+        return NA, "no runner image (it has the probe's python3) or self-test workflow on this host"
+    script = yaml.safe_load(host.file(SELFTEST).content_string)["command"][-1]
+    # Root in the container with the engine's default capabilities: what a service
+    # container (postgres, ...) gets; no kooi entrypoint, so no kooi filter.
+    res = host.run(ctx.as_runner(
+        f"docker run --rm --pull=never --network none --user 0 --entrypoint sh {shlex.quote(pin['id'])} "
+        f"-c {shlex.quote(script)}"))
+    raw = next((line.partition("=")[2] for line in res.stdout.splitlines()
+                if line.startswith("KOOI-SELFTEST syscalls=")), "")
+    if res.rc != 0 or not raw:
+        return FAIL, f"the probe container failed rc={res.rc}: {(res.stderr or res.stdout).strip()[-300:]}"
+    status, evidence = judge_syscalls(raw, SYSCALLS, "with the engine's default profile")
+    conf = host.file(ctx.engine.get("daemon_config") or "/nonexistent")
+    profile = (json.loads(conf.content_string).get("seccomp-profile") if conf.exists else None) or "built in"
+    return status, f"{evidence} (default profile: {profile})"
 
 
 @check("ESC-FRESH-MOUNTS", "the workload cannot create user or mount namespaces or mount (no fresh procfs, "

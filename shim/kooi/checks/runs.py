@@ -11,6 +11,7 @@ left on the engine or in the process table.
 from __future__ import annotations
 
 import json
+import secrets
 import shlex
 import time
 
@@ -96,7 +97,10 @@ def run_result(host, ctx):
 def run_timeout(host, ctx):
     if (why := _available(host, ctx)) is not None:
         return NA, why
-    _script(host, ctx, "sleep 6071 & sleep 6072")
+    # Durations unique to this call: the host's process table may hold other hosts'
+    # runchecks (Molecule test hosts are containers on the same kernel).
+    tag = f"{secrets.randbelow(10**6):06d}"
+    _script(host, ctx, f"sleep 6071.{tag} & sleep 6072.{tag}")
     t0 = time.monotonic()
     rc, res, out = _run(host, "runcheck-timeout")
     took = time.monotonic() - t0
@@ -107,7 +111,7 @@ def run_timeout(host, ctx):
         bad.append(f"rc={rc}, reason={res.get('reason')} (want 124, timeout)")
     if took > 60:
         bad.append(f"the 10 s timeout took {took:.0f} s")
-    procs = host.run("pgrep -af 'sleep 607[12]'").stdout.strip()
+    procs = host.run(f"pgrep -af 'sleep 607[12][.]{tag}'").stdout.strip()
     if procs:
         bad.append(f"workload processes survived: {procs[:200]}")
     if left := _leftovers(host, ctx, res.get("run_id", "")):
