@@ -29,9 +29,14 @@ def fingerprint() -> dict[str, str]:
     return {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in WATCHED if Path(p).exists()}
 
 
+def as_runner(engine, *cmd: str) -> list[str]:
+    return ["runuser", "-u", engine["runner_user"], "--", "env", f"DOCKER_HOST=unix://{engine['socket']}",
+            f"XDG_RUNTIME_DIR=/run/user/{engine['runner_uid']}", *cmd]
+
+
 def containers(engine) -> list[str]:
-    return subprocess.run(["runuser", "-u", engine["runner_user"], "--", "env", f"DOCKER_HOST=unix://{engine['socket']}",
-                           "docker", "ps", "-aq"], capture_output=True, text=True, check=True).stdout.split()
+    return subprocess.run(as_runner(engine, "docker", "ps", "-aq"), capture_output=True, text=True,
+                          check=True).stdout.split()
 
 
 def test_json_report_is_complete_valid_and_changes_nothing(engine):
@@ -122,11 +127,6 @@ def test_workload_probes_fail_when_the_workload_is_not_confined(engine):
     assert "io_uring_setup" in got["ESC-SYSCALLS"][1] and "bpf" in got["ESC-SYSCALLS"][1], got["ESC-SYSCALLS"]
 
 
-def _as_runner(engine, *cmd: str) -> list[str]:
-    return ["runuser", "-u", engine["runner_user"], "--", "env", f"DOCKER_HOST=unix://{engine['socket']}",
-            f"XDG_RUNTIME_DIR=/run/user/{engine['runner_uid']}", *cmd]
-
-
 def _failing(*ids: str) -> tuple[set[str], dict]:
     res = verify("--format", "json", *[a for i in ids for a in ("--check", i)])
     report = json.loads(res.stdout)
@@ -169,13 +169,13 @@ def test_a_leftover_run_container_fails_run_cleanup(engine):
     behind (labelled like one) fails exactly that check; RUN-RESULT still passes."""
     pins = json.loads(Path("/etc/kooi/images.json").read_text())
     name = "kooi-runcheck-leftover"
-    subprocess.run(_as_runner(engine, "docker", "create", "--label", "org.kooi.managed=1",
+    subprocess.run(as_runner(engine, "docker", "create", "--label", "org.kooi.managed=1",
                               "--label", "org.kooi.workflow=kooi-runcheck", "--name", name,
                               pins["runner"]["id"], "true"), check=True, capture_output=True)
     try:
         failing, evidence = _failing("RUN-CLEANUP", "RUN-RESULT")
     finally:
-        subprocess.run(_as_runner(engine, "docker", "rm", "-f", name), check=True, capture_output=True)
+        subprocess.run(as_runner(engine, "docker", "rm", "-f", name), check=True, capture_output=True)
     assert failing == {"RUN-CLEANUP"}, evidence
     assert "earlier kooi-runcheck runs" in evidence["RUN-CLEANUP"]
     failing, evidence = _failing("RUN-CLEANUP")

@@ -13,6 +13,8 @@ import shlex
 import yaml
 
 from .core import FAIL, NA, PASS, check
+from .host import daemon_json
+from .image import runner_pin
 
 SELFTEST = "/etc/kooi/workflows/kooi-selftest.yml"
 RUN_DIR = "/var/lib/kooi/runs"
@@ -151,8 +153,7 @@ def esc_syscalls(host, ctx):
        "or kexec", "kernel exploits from containers that kooi's own filter does not reach (images other than "
        "the runner image, started through the broker)")
 def esc_engine_syscalls(host, ctx):
-    pins = host.file("/etc/kooi/images.json")
-    pin = (json.loads(pins.content_string).get("runner") if pins.exists else None) or {}
+    pin = runner_pin(host, ctx)[0] or {}
     if not pin.get("id") or not host.file(SELFTEST).exists:
         return NA, "no runner image (it has the probe's python3) or self-test workflow on this host"
     script = yaml.safe_load(host.file(SELFTEST).content_string)["command"][-1]
@@ -166,9 +167,7 @@ def esc_engine_syscalls(host, ctx):
     if res.rc != 0 or not raw:
         return FAIL, f"the probe container failed rc={res.rc}: {(res.stderr or res.stdout).strip()[-300:]}"
     status, evidence = judge_syscalls(raw, SYSCALLS, "with the engine's default profile")
-    conf = host.file(ctx.engine.get("daemon_config") or "/nonexistent")
-    profile = (json.loads(conf.content_string).get("seccomp-profile") if conf.exists else None) or "built in"
-    return status, f"{evidence} (default profile: {profile})"
+    return status, f"{evidence} (default profile: {daemon_json(host, ctx).get('seccomp-profile') or 'built in'})"
 
 
 @check("ESC-FRESH-MOUNTS", "the workload cannot create user or mount namespaces or mount (no fresh procfs, "

@@ -135,14 +135,14 @@ def engine_remap(host, ctx):
     return PASS, f"security options {opts}; docker root {info.get('DockerRootDir')}"
 
 
-def _daemon_json(host, ctx) -> dict:
+def daemon_json(host, ctx) -> dict:
     return json.loads(host.file(ctx.engine["daemon_config"]).content_string)
 
 
 @check("HOST-DAEMON-SETTINGS", "daemon settings: no-new-privileges, icc off, log rotation (+ remap: live-restore, no userland proxy)",
        "containers gaining privileges through setuid files, talking to each other, filling the disk")
 def daemon_settings(host, ctx):
-    cfg = _daemon_json(host, ctx)
+    cfg = daemon_json(host, ctx)
     want = {"no-new-privileges": True, "icc": False}
     if ctx.mode == "userns_remap":
         want.update({"live-restore": True, "userland-proxy": False})

@@ -18,7 +18,7 @@ PINS = "/etc/kooi/images.json"
 LOCK = "/etc/kooi/images/runner.lock.yml"
 
 
-def _pin(host, ctx):
+def runner_pin(host, ctx):
     if "image_pin" not in ctx.cache:
         f = host.file(PINS)
         pin = (json.loads(f.content_string).get("runner") if f.exists else None) or None
@@ -41,7 +41,7 @@ def _in_image(host, ctx, image_id: str, cmd: str):
 @check("IMG-DIGEST-PIN", "the runner image is the pinned one, built on the base the lock pins",
        "an unpinned or swapped image or base (supply chain)")
 def digest_pin(host, ctx):
-    pin, lock = _pin(host, ctx)
+    pin, lock = runner_pin(host, ctx)
     if not pin:
         return NA, f"no runner image pinned in {PINS}"
     if not lock:
@@ -69,7 +69,7 @@ def digest_pin(host, ctx):
 @check("IMG-NOSUID", "the runner image contains no setuid or setgid file",
        "privilege gain through a setuid binary inside the workload")
 def nosuid(host, ctx):
-    pin, _ = _pin(host, ctx)
+    pin, _ = runner_pin(host, ctx)
     if not pin:
         return NA, f"no runner image pinned in {PINS}"
     res = _in_image(host, ctx, pin["id"],
@@ -87,7 +87,7 @@ def nosuid(host, ctx):
 @check("IMG-FILECAPS", "file capabilities only where the lock declares them",
        "privilege gain through a file capability inside the workload")
 def filecaps(host, ctx):
-    pin, lock = _pin(host, ctx)
+    pin, lock = runner_pin(host, ctx)
     if not pin:
         return NA, f"no runner image pinned in {PINS}"
     declared = {c.split(" ", 1)[0] for c in (lock or {}).get("file_capabilities") or []}
@@ -105,7 +105,7 @@ def filecaps(host, ctx):
 @check("IMG-NONROOT", "the runner image runs as a non-root user by default",
        "a workload starting as (namespaced) root")
 def nonroot(host, ctx):
-    pin, _ = _pin(host, ctx)
+    pin, _ = runner_pin(host, ctx)
     if not pin:
         return NA, f"no runner image pinned in {PINS}"
     img = _inspect(host, ctx, pin["id"])
