@@ -28,12 +28,19 @@ if [ "${KOOI_BOOTSTRAP_TESTS:-0}" = 1 ]; then
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
 fi
-if [ ! -x "$repo/.venv/bin/molecule" ] || [ "$repo/pyproject.toml" -nt "$repo/.venv/.kooi-stamp" ]; then
-  echo "bootstrap: creating $repo/.venv"
-  python3 -m venv "$repo/.venv"
-  "$repo/.venv/bin/pip" install -q --upgrade pip
-  "$repo/.venv/bin/pip" install -q -e "$repo[dev]"
-  touch "$repo/.venv/.kooi-stamp"
+# The venv is built from Debian's python3, never from whatever python3 comes first in
+# root's PATH (a pyenv or conda build under /root, which the runner user cannot read),
+# and holds exactly requirements/dev.lock (versions and hashes; scripts/lock.sh refreshes it).
+venv=$repo/.venv
+stamp=$venv/.kooi-stamp
+if [ ! -x "$venv/bin/molecule" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$(sha256sum "$repo/requirements/dev.lock" | cut -d' ' -f1)" ] \
+   || ! grep -qx 'home = /usr/bin' "$venv/pyvenv.cfg" 2>/dev/null; then
+  echo "bootstrap: creating $venv (/usr/bin/python3, requirements/dev.lock)"
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes -r "$repo/requirements/dev.lock"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation --no-index -e "$repo"
+  sha256sum "$repo/requirements/dev.lock" | cut -d' ' -f1 >"$stamp"
 fi
 if ! docker info >/dev/null 2>&1; then
   if [ -d /run/systemd/system ]; then

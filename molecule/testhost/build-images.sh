@@ -3,8 +3,11 @@
 #   kooi-testhost:debian12, kooi-testhost:debian13  systemd test hosts
 #   kooi-probe:latest                                busybox-only image for engine probes
 # and save the probe image to $KOOI_IMAGE_DIR/probe.tar for loading inside test hosts.
-# Images that already exist are kept unless KOOI_REBUILD=1.
+# Images that already exist are kept unless KOOI_REBUILD=1. --probe-only: just the probe
+# image (what `kooi verify` on a host needs; the quick start uses it).
 set -euo pipefail
+probe_only=0
+[ "${1:-}" = --probe-only ] && probe_only=1
 here=$(cd "$(dirname "$0")" && pwd)
 base="$here/../../images/base/build.sh"
 out=${KOOI_IMAGE_DIR:-/var/tmp/kooi-images}
@@ -16,6 +19,7 @@ changes=(--change 'ENV container=docker' --change 'STOPSIGNAL SIGRTMIN+3'
          --change 'CMD ["/lib/systemd/systemd"]')
 declare -A suites=([debian12]=bookworm [debian13]=trixie)
 for name in debian12 debian13; do
+  [ "$probe_only" = 0 ] || break
   if have "kooi-testhost:$name"; then echo "kooi-testhost:$name present"; continue; fi
   echo "building kooi-testhost:$name (${suites[$name]})"
   "$base" "${suites[$name]}" "kooi-testhost:$name" --include "$pkgs" \

@@ -101,6 +101,9 @@ def _workflow_check(args: argparse.Namespace) -> int:
 def _image(args: argparse.Namespace) -> int:
     from . import image
 
+    if args.action != "save" and not args.lock:
+        print(f"kooi image {args.action}: --lock LOCK is required", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if args.action == "build":
             from . import engine
@@ -119,8 +122,31 @@ def _image(args: argparse.Namespace) -> int:
             buildargs = egress.build_args(eg, cfg.mode, client) if eg and not args.check else None
             res = image.build(client, Path(args.context), lock, name=args.name, check=args.check,
                               archive_dir=Path(args.archive_dir) if args.archive_dir else None,
-                              log=lambda line: print(line, file=sys.stderr), buildargs=buildargs)
+                              log=lambda line: print(line, file=sys.stderr), buildargs=buildargs,
+                              prebuilt=Path(args.prebuilt) if args.prebuilt else None)
             print(json.dumps(res))
+        elif args.action == "save":
+            from . import engine
+            from .outputs import Output, OutputError
+
+            if not args.out:
+                print("kooi image save: --out FILE is required", file=sys.stderr)
+                return EXIT_USAGE
+            try:
+                dest = Output(args.out, "--out", binary=True)
+            except OutputError as exc:
+                print(f"kooi image save: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            try:
+                cfg = hostconfig.load(args.config)
+                pin = image.read_pins().get(args.name) or {}
+                if not pin.get("id"):
+                    print(f"kooi image save: no pin {args.name!r} in {image.PINS_PATH}", file=sys.stderr)
+                    return EXIT_FAIL
+                tag = image.save(engine.client(cfg, timeout=3600, operator=True), pin, dest.replace())
+            finally:
+                dest.close()
+            print(f"kooi image save: {tag} ({pin['id']}) -> {args.out}")
         elif args.action == "verify":
             from . import engine
 
@@ -137,8 +163,15 @@ def _image(args: argparse.Namespace) -> int:
             print(f"kooi image verify: {pin['id']}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
             return EXIT_FAIL if problems else EXIT_OK
         elif args.action == "lock":
+            from .outputs import Output, OutputError
+
             lock_path = Path(args.lock)
             out = Path(args.out) if args.out else None
+            try:
+                Output(out or lock_path, "--out" if out else "--lock").close()  # writable, before any work
+            except OutputError as exc:
+                print(f"kooi image lock: {exc}", file=sys.stderr)
+                return EXIT_USAGE
             if args.pin_base:
                 import docker
 
@@ -173,10 +206,13 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"kooi verify: unknown check id(s) {', '.join(unknown)}; known: {', '.join(verify.known_ids())}",
               file=sys.stderr)
         return EXIT_USAGE
-    if args.output and not Path(args.output).resolve().parent.is_dir():
+    from .outputs import Output, OutputError
+
+    try:
         # Before the checks (they take a while), not after.
-        print(f"kooi verify: --output {args.output}: the directory {Path(args.output).resolve().parent} does not "
-              "exist; create it or name a file in an existing one", file=sys.stderr)
+        dest = Output(args.output, "--output") if args.output else None
+    except OutputError as exc:
+        print(f"kooi verify: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         report = verify.run(args.hosts, args.probe_image, args.check)
@@ -189,11 +225,11 @@ def _verify(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     out = {"text": verify.render_text, "json": lambda r: json.dumps(r, indent=2) + "\n",
            "junit": verify.render_junit, "cis": verify.render_cis}[args.format](report)
-    if args.output:
+    if dest:
         try:
-            Path(args.output).write_text(out)
-        except OSError as exc:
-            print(f"kooi verify: cannot write --output {args.output}: {exc.strerror}", file=sys.stderr)
+            dest.write(out)
+        except OutputError as exc:
+            print(f"kooi verify: {exc}", file=sys.stderr)
             return EXIT_USAGE
         print(verify.render_text(report).splitlines()[-1])
     else:
@@ -397,8 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     wc.set_defaults(func=_workflow_check)
 
     i = sub.add_parser("image", help="build, verify and pin the runner image")
-    i.add_argument("action", choices=("build", "verify", "lock"))
-    i.add_argument("--lock", required=True, help="the image lock file")
+    i.add_argument("action", choices=("build", "verify", "lock", "save"))
+    i.add_argument("--lock", help="the image lock file (build, verify, lock)")
     i.add_argument("--context", help="rendered build context (build)")
     i.add_argument("--name", default="runner", help="pin name in /etc/kooi/images.json")
     i.add_argument("--archive-dir", help="where the base archive named in the lock lies (build)")
@@ -406,7 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--pin-base", metavar="IMAGE", help="lock: pin IMAGE's id as the base")
     i.add_argument("--refresh-packages", action="store_true",
                    help="lock: pin the Debian versions the pinned base's sources offer now")
-    i.add_argument("--out", help="lock: write the updated lock here instead of in place")
+    i.add_argument("--prebuilt", metavar="ARCHIVE",
+                   help="build: load this `kooi image save` archive instead of building, when the engine has "
+                        "no image of these inputs (it must be built from the same inputs; verified as a build)")
+    i.add_argument("--out", help="lock: write the updated lock here instead of in place; save: the archive")
     i.add_argument("--config", default=str(hostconfig.DEFAULT_PATH), help=argparse.SUPPRESS)
     i.set_defaults(func=_image)
 

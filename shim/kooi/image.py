@@ -213,11 +213,53 @@ def write_pins(pins: dict, path: Path = PINS_PATH) -> None:
     os.replace(tmp, path)
 
 
+def load_prebuilt(client, archive: Path, inputs: str, log: Callable[[str], None]):
+    """Load a runner image built elsewhere (`kooi image save`) and return the one built from
+    INPUTS; an archive without it is refused and what it brought is removed again."""
+    import docker.errors
+
+    if not archive.is_file():
+        raise ImageError(f"the prebuilt image archive {archive} does not exist; copy it there "
+                         "(kooi image save on the host that built it) or leave kooi_runner_image_prebuilt empty")
+    before = {i.id for i in client.images.list(all=True)}
+    log(f"loading prebuilt image from {archive}")
+    with archive.open("rb") as f:
+        loaded = client.images.load(f)  # streamed, not read into memory
+    match = [i for i in loaded if (i.labels or {}).get(LABEL_INPUTS) == inputs]
+    if match:
+        return match[0]
+    for i in loaded:
+        if i.id not in before:
+            try:
+                client.images.remove(i.id)
+            except docker.errors.APIError:
+                pass
+    found = ", ".join(f"{i.id[:19]} (inputs {(i.labels or {}).get(LABEL_INPUTS, 'none')[:12]})" for i in loaded)
+    raise ImageError(
+        f"refusing the prebuilt archive {archive}: it holds {found or 'no image'}, none built from this "
+        f"host's inputs {inputs[:12]} (lock, rendered Containerfile, CA files, Maven seeds). Build it from "
+        "the same lock and variables, or leave kooi_runner_image_prebuilt empty to build here")
+
+
+def save(client, pin: dict, out) -> str:
+    """Write the pinned image (with its tag) as a `docker save` archive to OUT, a binary
+    file; returns the tag. What `load_prebuilt` reads on another host."""
+    img = client.images.get(pin["id"])
+    tag = pin.get("tag") or img.id
+    for chunk in img.save(named=tag if tag in img.tags else None):
+        out.write(chunk)
+    return tag
+
+
 def build(client, context: Path, lock: Lock, name: str = "runner", repo: str = "kooi-runner",
           check: bool = False, pins_path: Path = PINS_PATH, archive_dir: Path | None = None,
-          log: Callable[[str], None] = lambda s: None, buildargs: dict[str, str] | None = None) -> dict:
+          log: Callable[[str], None] = lambda s: None, buildargs: dict[str, str] | None = None,
+          prebuilt: Path | None = None) -> dict:
     """Build (if an input changed), verify and pin. Returns a result for Ansible.
-    BUILDARGS: the egress proxy (Docker's predefined proxy arguments), if any."""
+    BUILDARGS: the egress proxy (Docker's predefined proxy arguments), if any.
+    PREBUILT: a `kooi image save` archive to load instead of building, when no image of
+    these inputs is on the engine; its image must be built from the same inputs, and is
+    verified like a fresh build."""
     h = inputs_hash(context, lock.base_digest)
     tag = f"{repo}:{h[:12]}"
     existing = client.images.list(filters={"label": f"{LABEL_INPUTS}={h}"})
@@ -226,7 +268,7 @@ def build(client, context: Path, lock: Lock, name: str = "runner", repo: str = "
     if existing:
         img = existing[0]
         want_pin = {"id": img.id, "tag": tag, "inputs": h, "base": lock.base_digest}
-    result = {"changed": False, "name": name, "tag": tag, "inputs": h, "built": False}
+    result = {"changed": False, "name": name, "tag": tag, "inputs": h, "built": False, "loaded": False}
     if check:
         current = pins.get(name) or {}
         result["changed"] = not existing or any(current.get(k) != v for k, v in (want_pin or {}).items())
@@ -234,7 +276,17 @@ def build(client, context: Path, lock: Lock, name: str = "runner", repo: str = "
         return result
     if ensure_base(client, lock, archive_dir, log):
         result["changed"] = True
-    if not existing:
+    if not existing and prebuilt is not None:
+        img = load_prebuilt(client, prebuilt, h, log)
+        problems = verify_image(client, img.id, lock)
+        if problems:
+            client.images.remove(img.id, force=True)
+            raise ImageError(f"refusing the prebuilt image from {prebuilt} (removed it):\n  " + "\n  ".join(problems))
+        if tag not in img.tags:
+            img.tag(repo, h[:12])
+        result.update(changed=True, loaded=True)
+        want_pin = {"id": img.id, "tag": tag, "inputs": h, "base": lock.base_digest}
+    elif not existing:
         log(f"building {tag} from {context}")
         image_id = None
         for chunk in client.api.build(path=str(context), dockerfile="Containerfile", tag=tag, rm=True,
@@ -261,9 +313,12 @@ def build(client, context: Path, lock: Lock, name: str = "runner", repo: str = "
             img.tag(repo, h[:12])
             result["changed"] = True
     assert want_pin is not None
-    want_pin["built_at"] = (pins.get(name) or {}).get("built_at") if not result["built"] else \
-        datetime.now(timezone.utc).isoformat(timespec="seconds")
-    if not want_pin["built_at"]:
+    prev = pins.get(name) or {}
+    if result["built"]:
+        want_pin["built_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    elif prev.get("id") == img.id and prev.get("built_at"):
+        want_pin["built_at"] = prev["built_at"]
+    else:  # found or loaded: when it was built, wherever that was
         want_pin["built_at"] = datetime.fromisoformat(img.attrs["Created"][:19]).replace(
             tzinfo=timezone.utc).isoformat(timespec="seconds")
     if pins.get(name) != want_pin:

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, TextIO
 
-from . import apparmor, hostconfig, image, workflow
+from . import apparmor, hostconfig, image, outputs, workflow
 from .hostconfig import EngineConfig
 from .workflow import Workflow
 
@@ -122,6 +122,48 @@ def check_identity(cfg: EngineConfig) -> None:
         raise RunError("refused", EXIT_REFUSED,
                        f"kooi run runs as the runner user {cfg.runner_user} (or root, which drops to it), "
                        f"not as uid {uid}")
+
+
+def _import_roots() -> list[str]:
+    """Where this interpreter may still import from: its search path and kooi itself."""
+    roots = [p for p in sys.path if p] + [str(Path(__file__).resolve().parent)]
+    return [p for p in dict.fromkeys(roots) if os.path.exists(p)]
+
+
+def unreadable_by(uid: int, gid: int, groups: list[int], paths: list[str]) -> list[str]:
+    """The PATHS that UID (with GID and GROUPS) cannot read (directories: list and enter).
+    Asked with the effective ids switched and switched back, so it needs root."""
+    saved = (os.getgroups(), os.getegid(), os.geteuid())
+    bad = []
+    try:
+        os.setgroups(groups)
+        os.setegid(gid)
+        os.seteuid(uid)
+        for p in paths:
+            mode = os.R_OK | (os.X_OK if os.path.isdir(p) else 0)
+            if not os.access(p, mode, effective_ids=True):
+                bad.append(p)
+    finally:
+        os.seteuid(saved[2])
+        os.setegid(saved[1])
+        os.setgroups(saved[0])
+    return bad
+
+
+def check_runner_can_import(cfg: EngineConfig) -> None:
+    """Root drops to the runner before the run and imports modules after that (lazily,
+    and so do the libraries kooi uses). Refuse up front when this interpreter lives where
+    the runner cannot read: a pyenv or conda Python, or a venv, under /root."""
+    if os.geteuid() != 0 or cfg.runner_uid == 0:
+        return
+    bad = unreadable_by(cfg.runner_uid, cfg.runner_gid,
+                        os.getgrouplist(cfg.runner_user, cfg.runner_gid), _import_roots())
+    if bad:
+        raise RunError(
+            "unavailable", EXIT_UNAVAILABLE,
+            f"kooi run drops to the runner user {cfg.runner_user}, who cannot read where this kooi's Python "
+            f"imports from: {', '.join(bad)}. Use the kooi that site.yml installed (/usr/local/bin/kooi, the "
+            "system python3), or install kooi with an interpreter and in a directory the runner can read")
 
 
 def drop_to_runner(cfg: EngineConfig) -> None:
@@ -799,6 +841,15 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
              f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
     res = Result(workflow=name, run_id=run_id, project=str(project), start=_now())
     t0 = time.monotonic()
+    out: outputs.Output | None = None
+    if json_path:
+        # Before anything runs, and as the caller (not the runner it drops to).
+        try:
+            out = outputs.Output(json_path, "--json")
+        except outputs.OutputError as exc:
+            res.reason, res.exit_code, res.message = "invalid", EXIT_INVALID, str(exc)
+            res.end = res.start
+            return res
     log = Log(None, echo)
     lock: RunLock | None = None
     got_signal: list[int] = []
@@ -816,6 +867,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         except hostconfig.ConfigError as exc:
             raise RunError("unavailable", EXIT_UNAVAILABLE, str(exc)) from None
         check_identity(cfg)
+        check_runner_can_import(cfg)
         wf = workflow.load(name, workflow_dir or workflow.WORKFLOW_DIR)
         res.mode, res.workflow_file = wf.mode, str(wf.path)
         res.isolation = isolation_of(wf.mode, cfg)
@@ -823,14 +875,6 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             raise RunError("refused", EXIT_REFUSED,
                            f"workflow {name} requires isolation {wf.min_isolation} or stronger; "
                            f"this run would get {res.isolation} ({wf.mode} mode on a {cfg.mode} host)")
-        if wf.mode == "container":
-            # Import before dropping privileges: the interpreter may live where the
-            # runner cannot read (a root-only venv or pyenv); the host's copy does not.
-            import docker  # noqa: F401
-            import docker.types  # noqa: F401
-            import requests  # noqa: F401
-
-            from . import authz, broker, policy  # noqa: F401
         from . import egress
 
         if os.geteuid() == 0 and (wf.network == "proxy" or wf.testcontainers):
@@ -891,11 +935,11 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
                 (run_dir / "results" / f"{run_id}.json").write_text(doc)
             except OSError:
                 pass
-        if json_path:
+        if out:
             try:
-                json_path.write_text(doc)
-            except OSError as exc:
-                print(f"kooi run: cannot write {json_path}: {exc}", file=sys.stderr)
+                out.write(doc)
+            except outputs.OutputError as exc:
+                print(f"kooi run: {exc}", file=sys.stderr)
     return res
 
 

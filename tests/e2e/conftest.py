@@ -45,9 +45,12 @@ def recap(out: str) -> dict[str, int]:
 
 @pytest.fixture(scope="session")
 def provisioned():
+    """site.yml until a run changes nothing: (the first run, the run that changed nothing).
+    On a host the quick start or the images stage provisioned, the first already does."""
     first = playbook()
-    second = playbook()
-    return first, second
+    if recap(first.stdout)["changed"] == 0:
+        return first, first
+    return first, playbook()
 
 
 @pytest.fixture(scope="session")

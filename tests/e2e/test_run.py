@@ -349,3 +349,66 @@ def test_gc_removes_what_a_dead_run_left(host):
     res = subprocess.run([KOOI, "gc"], capture_output=True, text=True, check=True)
     assert "removed container kooi-ghost-run" in res.stdout
     assert leftovers(host) == []
+
+
+def _run_logs(host) -> set[str]:
+    return {p.name for p in Path("/var/lib/kooi/runs/logs").glob("*.log")}
+
+
+def test_an_unwritable_json_destination_is_refused_before_anything_runs(host, wfdir, project):
+    """Issue 13: the result file is opened first, as the caller; exit 2 naming it."""
+    proj = project("python-example")
+    before, logs = tree_digest(proj), _run_logs(host)
+    for dest in ("/nonexistent/dir/r.json", str(proj)):
+        res = subprocess.run([KOOI, "run", "python-example", "--project", str(proj), "--json", dest],
+                             capture_output=True, text=True, env={**os.environ, "KOOI_WORKFLOW_DIR": str(wfdir)},
+                             timeout=60)
+        assert res.returncode == 2, (dest, res.stdout, res.stderr)
+        assert f"--json {dest}: cannot write there" in res.stderr
+        assert res.stdout == ""  # the workload never started
+    assert tree_digest(proj) == before and _run_logs(host) == logs
+    # Root's own directory, which the runner cannot write: the caller opens it, so it works.
+    out = Path(tempfile.mkdtemp(prefix="kooi-e2e-rootonly-", dir="/var/tmp")) / "r.json"
+    os.chmod(out.parent, 0o700)
+    try:
+        res = subprocess.run([KOOI, "run", "python-example", "--project", str(proj), "--json", str(out)],
+                             capture_output=True, text=True, env={**os.environ, "KOOI_WORKFLOW_DIR": str(wfdir)},
+                             timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert json.loads(out.read_text())["reason"] == "ok"
+    finally:
+        shutil.rmtree(out.parent)
+
+
+@pytest.fixture(scope="module")
+def private_venv(host):
+    """kooi installed into a venv in a root-only directory (like a pyenv or conda Python, or
+    a checkout, under /root): nothing there is readable by the runner kooi run drops to."""
+    d = Path(tempfile.mkdtemp(prefix="kooi-e2e-private-", dir="/var/tmp"))
+    os.chmod(d, 0o700)
+    venv = d / "venv"
+    # Debian's docker and yaml, kooi copied in (what `pip install` of the checkout puts there).
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
+                   check=True)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    shutil.copytree(REPO / "shim/kooi", site / "kooi")
+    (venv / "bin/kooi").write_text(f"#!{venv}/bin/python3\nimport sys\nfrom kooi.cli import main\nsys.exit(main())\n")
+    os.chmod(venv / "bin/kooi", 0o755)
+    yield venv
+    shutil.rmtree(d)
+
+
+def test_kooi_from_a_venv_the_runner_cannot_read_is_refused_up_front(host, wfdir, project, private_venv):
+    """Issue 13: root's kooi drops to the runner and imports after the drop; a Python the
+    runner cannot read would fail mid-run (ModuleNotFoundError), so it is refused first."""
+    proj = project("python-example")
+    before, logs = tree_digest(proj), _run_logs(host)
+    for name in ("python-example", "maven-example"):  # jail and container
+        res = subprocess.run([str(private_venv / "bin/kooi"), "run", name, "--project", str(proj)],
+                             capture_output=True, text=True, env={**os.environ, "KOOI_WORKFLOW_DIR": str(wfdir)},
+                             timeout=120)
+        assert res.returncode == 125, res.stdout + res.stderr
+        assert f"drops to the runner user {host['runner_user']}, who cannot read" in res.stderr
+        assert str(private_venv.parent) in res.stderr and "/usr/local/bin/kooi" in res.stderr
+    assert tree_digest(proj) == before and _run_logs(host) == logs
+    assert leftovers(host) == []

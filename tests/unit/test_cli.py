@@ -56,4 +56,26 @@ def test_verify_output_in_a_missing_directory_is_refused_before_any_check(tmp_pa
     out = tmp_path / "nope" / "report.xml"
     assert cli.main(["verify", "--format", "junit", "--output", str(out), "--check", "HOST-RUNNER-USER"]) == 2
     err = capsys.readouterr().err
-    assert f"the directory {tmp_path / 'nope'} does not exist" in err and not out.exists()
+    assert f"--output {out}: cannot write there (No such file or directory)" in err and not out.exists()
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["verify", "--output", "/nonexistent/dir/report.txt"], "--output /nonexistent/dir/report.txt"),
+    (["image", "lock", "--lock", str(REPO / "images/runner/lock.yml"), "--pin-base", "x",
+      "--out", "/nonexistent/dir/lock.yml"], "--out /nonexistent/dir/lock.yml"),
+])
+def test_unwritable_output_paths_are_refused_before_any_work(argv, option, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{option}: cannot write there (No such file or directory)" in err
+
+
+def test_an_output_keeps_its_old_content_until_written(tmp_path):
+    from kooi.outputs import Output
+
+    f = tmp_path / "r.json"
+    f.write_text("old result, longer than the new one\n")
+    out = Output(f, "--json")
+    assert f.read_text().startswith("old result")
+    out.write("new\n")
+    assert f.read_text() == "new\n"

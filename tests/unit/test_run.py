@@ -114,3 +114,18 @@ def test_container_uids_map_like_the_engine(monkeypatch):
     assert run.host_uid_of(CFG, 1000) == 300999     # ... and uid N the runner's sub-id N-1
     remap = EngineConfig(**{**CFG.__dict__, "mode": "userns_remap", "remap_user": "kooi-remap"})
     assert run.host_uid_of(remap, 1000) == 301000   # remap: container uid N is sub-id N
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="switching effective ids needs root")
+def test_unreadable_by_names_what_another_user_cannot_read(tmp_path):
+    import os
+
+    private = tmp_path / "private"
+    (private / "pkg").mkdir(parents=True)
+    os.chmod(private, 0o700)
+    shared = Path("/usr/lib")
+    before = (os.getgroups(), os.getegid(), os.geteuid())
+    bad = run.unreadable_by(65534, 65534, [65534], [str(private / "pkg"), str(shared)])
+    assert bad == [str(private / "pkg")]
+    assert (os.getgroups(), os.getegid(), os.geteuid()) == before  # switched back
+    assert run.unreadable_by(0, 0, [0], [str(private / "pkg")]) == []
