@@ -103,6 +103,24 @@ def test_an_image_with_a_setuid_file_is_refused_and_removed(engine, pinned, cont
     assert json.loads(Path("/etc/kooi/images.json").read_text())["runner"] == pinned
 
 
+def test_a_prebuilt_archive_of_other_inputs_is_refused(engine, pinned, context_copy, tmp_path):
+    """kooi_runner_image_prebuilt: only an image built from this host's inputs is taken."""
+    cf = context_copy / "Containerfile"
+    cf.write_text(cf.read_text() + "\n# inputs no archive was built from\n")
+    res, _ = build(context_copy, LOCK, "--prebuilt", str(tmp_path / "missing.tar"), name="e2e")
+    assert res.returncode == 1 and "prebuilt image archive" in res.stderr and "does not exist" in res.stderr
+    archive = tmp_path / "other.tar"
+    with archive.open("wb") as f:
+        subprocess.run(["runuser", "-u", engine["runner_user"], "--", "env", f"DOCKER_HOST=unix://{engine['socket']}",
+                        "docker", "save", "kooi-probe:latest"], stdout=f, check=True)
+    res, _ = build(context_copy, LOCK, "--prebuilt", str(archive), name="e2e")
+    assert res.returncode == 1, res.stdout
+    assert f"refusing the prebuilt archive {archive}" in res.stderr and "(inputs none)" in res.stderr
+    assert docker(engine, "image", "inspect", "kooi-probe:latest").returncode == 0  # it was there before
+    pins = json.loads(Path("/etc/kooi/images.json").read_text())
+    assert pins["runner"] == pinned and "e2e" not in pins
+
+
 def run_in_image(engine, image_id: str, script: str, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(["runuser", "-u", engine["runner_user"], "--", "env", f"DOCKER_HOST=unix://{engine['socket']}",
                            "docker", "run", "--rm", "-i", "--network", "none", *flags, "--entrypoint", "sh",
