@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -137,15 +138,14 @@ def _image(args: argparse.Namespace) -> int:
             except OutputError as exc:
                 print(f"kooi image save: {exc}", file=sys.stderr)
                 return EXIT_USAGE
-            try:
+            with dest:
                 cfg = hostconfig.load(args.config)
                 pin = image.read_pins().get(args.name) or {}
                 if not pin.get("id"):
                     print(f"kooi image save: no pin {args.name!r} in {image.PINS_PATH}", file=sys.stderr)
                     return EXIT_FAIL
-                tag = image.save(engine.client(cfg, timeout=3600, operator=True), pin, dest.replace())
-            finally:
-                dest.close()
+                tag = image.save(engine.client(cfg, timeout=3600, operator=True), pin, dest.stream())
+                dest.commit()
             print(f"kooi image save: {tag} ({pin['id']}) -> {args.out}")
         elif args.action == "verify":
             from . import engine
@@ -168,7 +168,7 @@ def _image(args: argparse.Namespace) -> int:
             lock_path = Path(args.lock)
             out = Path(args.out) if args.out else None
             try:
-                Output(out or lock_path, "--out" if out else "--lock").close()  # writable, before any work
+                Output(out or lock_path, "--out" if out else "--lock").abandon()  # writable, before any work
             except OutputError as exc:
                 print(f"kooi image lock: {exc}", file=sys.stderr)
                 return EXIT_USAGE
@@ -214,26 +214,27 @@ def _verify(args: argparse.Namespace) -> int:
     except OutputError as exc:
         print(f"kooi verify: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        report = verify.run(args.hosts, args.probe_image, args.check)
-    except ImportError:
-        print("kooi verify: testinfra is missing (Debian: apt-get install python3-testinfra; "
-              "site.yml installs it)", file=sys.stderr)
-        return EXIT_USAGE
-    except RuntimeError as exc:  # host not provisioned, unreachable backend
-        print(f"kooi verify: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    out = {"text": verify.render_text, "json": lambda r: json.dumps(r, indent=2) + "\n",
-           "junit": verify.render_junit, "cis": verify.render_cis}[args.format](report)
-    if dest:
+    with dest or contextlib.nullcontext():
+        try:
+            report = verify.run(args.hosts, args.probe_image, args.check)
+        except ImportError:
+            print("kooi verify: testinfra is missing (Debian: apt-get install python3-testinfra; "
+                  "site.yml installs it)", file=sys.stderr)
+            return EXIT_USAGE
+        except RuntimeError as exc:  # host not provisioned, unreachable backend
+            print(f"kooi verify: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        out = {"text": verify.render_text, "json": lambda r: json.dumps(r, indent=2) + "\n",
+               "junit": verify.render_junit, "cis": verify.render_cis}[args.format](report)
+        if not dest:
+            sys.stdout.write(out)
+            return EXIT_OK if report["ok"] else EXIT_FAIL
         try:
             dest.write(out)
         except OutputError as exc:
             print(f"kooi verify: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        print(verify.render_text(report).splitlines()[-1])
-    else:
-        sys.stdout.write(out)
+    print(verify.render_text(report).splitlines()[-1])
     return EXIT_OK if report["ok"] else EXIT_FAIL
 
 

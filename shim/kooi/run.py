@@ -888,6 +888,8 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
                     raise RunError("unavailable", EXIT_UNAVAILABLE, f"egress: {exc}") from None
         if os.geteuid() == 0:
             apparmor.remember_loaded()  # the kernel's profile list is root-only
+            if out and cfg.runner_uid != 0:
+                out.keep_rights()  # the runner may not write where the caller asked for the result
         drop_to_runner(cfg)
         project = check_project(project, cfg)
         res.project = str(project)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -70,12 +72,62 @@ def test_unwritable_output_paths_are_refused_before_any_work(argv, option, capsy
     assert f"{option}: cannot write there (No such file or directory)" in err
 
 
-def test_an_output_keeps_its_old_content_until_written(tmp_path):
+def test_an_output_appears_whole_and_only_when_written(tmp_path):
     from kooi.outputs import Output
 
     f = tmp_path / "r.json"
-    f.write_text("old result, longer than the new one\n")
+    f.write_text("old result\n")
     out = Output(f, "--json")
-    assert f.read_text().startswith("old result")
+    assert f.read_text() == "old result\n"  # a reader never sees a half-written result
     out.write("new\n")
+    assert f.read_text() == "new\n" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+    with Output(tmp_path / "never.json", "--json"):
+        pass  # abandoned: nothing appears, nothing is left behind
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+@pytest.fixture
+def as_nobody():
+    """Run a script that imports kooi.outputs (as `outputs`, copied where nobody can read
+    it, with Debian's python3) as root, which may drop to nobody (65534) itself."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="kooi-unit-", dir="/var/tmp"))
+    os.chmod(d, 0o755)
+    shutil.copy(REPO / "shim/kooi/outputs.py", d / "outputs.py")
+
+    def run(script: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["/usr/bin/python3", "-I", "-c", f"import sys; sys.path.insert(0, {str(d)!r})\n"
+                               + script, *args], capture_output=True, text=True)
+
+    yield d, run
+    shutil.rmtree(d)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
+def test_an_output_in_a_root_only_directory_survives_the_privilege_drop(as_nobody):
+    """kooi run drops to the runner; a helper keeps the caller's right to put the result
+    where the caller asked for it."""
+    d, run = as_nobody
+    private = d / "root-only"
+    private.mkdir(mode=0o700)
+    res = run("import os\nfrom outputs import Output\n"
+              "out = Output(sys.argv[1], '--json'); out.keep_rights()\n"
+              "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+              "out.write('written as nobody\\n')\n", str(private / "r.json"))
+    assert res.returncode == 0, res.stderr
+    assert (private / "r.json").read_text() == "written as nobody\n"
+    assert [p.name for p in private.iterdir()] == ["r.json"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_a_writable_file_in_a_directory_the_caller_cannot_write_is_written_in_place(as_nobody):
+    d, run = as_nobody
+    f = d / "r.json"
+    f.write_text("old, and longer than the new result\n")
+    os.chown(f, 65534, 65534)
+    res = run("import os\nos.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+              "from outputs import Output\nOutput(sys.argv[1], '--json').write('new\\n')\n", str(f))
+    assert res.returncode == 0, res.stderr
     assert f.read_text() == "new\n"
