@@ -101,7 +101,7 @@ lane4() {
 # The images every later stage needs: the runner image's pinned base and the probe image
 # (this machine's tests), the test hosts, and the runner image itself, built once here
 # (site.yml on this machine, which the quick start has usually done already) and saved
-# for the test hosts to load (kooi_runner_image_prebuilt) instead of building it four times.
+# for the test hosts to load (kooi_runner_image_prebuilt) instead of building it again.
 images() {
   set -euo pipefail
   images/runner/prepare-base.sh "$KOOI_IMAGE_DIR"
