@@ -83,9 +83,7 @@ class Output:
     def write(self, data: str | bytes) -> None:
         """Write the whole result and put it in place."""
         try:
-            if self._tmp is None:
-                self._f.truncate(0)
-            self._f.write(data)
+            self.stream().write(data)
         except OSError as exc:
             self.abandon()
             raise OutputError(f"{self.option} {self.path}: writing failed ({exc.strerror})") from None
