@@ -12,7 +12,6 @@ AppArmor's layer.)
 
 from __future__ import annotations
 
-import json
 import shlex
 
 import pytest
@@ -20,6 +19,8 @@ import pytest
 from kooi import apparmor
 from kooi.checks import Context, run_all
 from kooi.checks.core import FAIL, NA, PASS
+from kooi.hoststate import apparmor as apparmor_state
+from kooi.hoststate.engine import EngineConfig
 
 PROBE = "kooi-probe:latest"
 CORE = "/proc/sys/kernel/core_pattern"
@@ -41,11 +42,18 @@ def out(res) -> str:
     return res.stdout + res.stderr
 
 
+def guest_engine(mode: str) -> EngineConfig:
+    """The guest has no kooi engine: a description with the mode and the user only."""
+    return EngineConfig(mode=mode, runner_user="ansible", runner_uid=1000, runner_gid=1000,
+                        runner_home="/home/ansible", socket="/var/run/docker.sock",
+                        daemon_config="/etc/docker/daemon.json")
+
+
 @pytest.fixture(scope="module")
 def ctx():
     # Only the AppArmor checks run here (the guest has no kooi engine); they need no
     # more of the host description than the mode.
-    return Context(engine={"mode": "userns_remap", "runner_user": "ansible"})
+    return Context(engine=guest_engine("userns_remap"))
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +76,7 @@ def test_the_kernel_enforces_koois_profiles(host, ctx):
         assert f"{name} (enforce)" in text.splitlines(), text
     status = {r.id: r.status for r in run_all(host, ctx, ["HOST-APPARMOR-PROFILES", "HOST-APPARMOR-ENFORCE"])}
     assert status == {"HOST-APPARMOR-PROFILES": PASS, "HOST-APPARMOR-ENFORCE": PASS}, status
-    state = json.loads(host.file("/etc/kooi/apparmor.json").content_string)
+    state = apparmor_state.parse(host.file("/etc/kooi/apparmor.json").content_string)
     assert state["kernel"] is True and state["runner_profile"] == "kooi-runner"
 
 
@@ -137,7 +145,7 @@ def test_a_profile_in_complain_mode_fails_its_check_and_kooi_run(host, ctx, tmp_
         status = {r.id: r.status for r in run_all(host, ctx, ["HOST-APPARMOR-PROFILES", "HOST-APPARMOR-ENFORCE"])}
         listing = tmp_path / "profiles"
         listing.write_text(host.file("/sys/kernel/security/apparmor/profiles").content_string)
-        state = json.loads(host.file("/etc/kooi/apparmor.json").content_string)
+        state = apparmor_state.parse(host.file("/etc/kooi/apparmor.json").content_string)
         with pytest.raises(apparmor.AppArmorError, match="complain mode"):
             apparmor.for_container("userns_remap", state, listing)
     finally:
@@ -148,8 +156,8 @@ def test_a_profile_in_complain_mode_fails_its_check_and_kooi_run(host, ctx, tmp_
 
 
 def test_rootless_engines_are_reported_not_confined(host, ctx):
-    state = json.loads(host.file("/etc/kooi/apparmor.json").content_string)
+    state = apparmor_state.parse(host.file("/etc/kooi/apparmor.json").content_string)
     conf = apparmor.for_container("rootless", state)
     assert conf.profile is None and "rootless Docker cannot" in conf.note
-    rootless_ctx = Context(engine={"mode": "rootless", "runner_user": "ansible"})
+    rootless_ctx = Context(engine=guest_engine("rootless"))
     assert {r.id: r.status for r in run_all(host, rootless_ctx, ["ID-APPARMOR"])} == {"ID-APPARMOR": NA}

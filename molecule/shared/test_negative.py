@@ -93,8 +93,8 @@ def test_overlapping_subuid_range(host, ctx):
 
 
 def test_world_writable_daemon_config(host, ctx):
-    path = shlex.quote(ctx.engine["daemon_config"])
-    mode = host.file(ctx.engine["daemon_config"]).mode
+    path = shlex.quote(ctx.engine.daemon_config)
+    mode = host.file(ctx.engine.daemon_config).mode
     host.run(f"chmod 0666 {path}")
     try:
         assert failing(host, ctx) == {"HOST-ENGINE-FILES"}
@@ -103,7 +103,7 @@ def test_world_writable_daemon_config(host, ctx):
 
 
 def test_daemon_without_no_new_privileges(host, ctx):
-    path = ctx.engine["daemon_config"]
+    path = ctx.engine.daemon_config
     with backup(host, path):
         host.run(f"sed -i 's/\"no-new-privileges\": true/\"no-new-privileges\": false/' {path}")
         assert failing(host, ctx) == {"HOST-DAEMON-SETTINGS"}
@@ -130,13 +130,13 @@ def test_image_checks_apply_exactly_where_an_image_is_pinned(host, ctx):
 def builder(ctx, cmd: str) -> str:
     """Who may build on this engine: the runner, or behind kooi's authorization plugin
     only the operator (root with the root-only token, as site.yml's builds)."""
-    authz = ctx.engine.get("authz")
+    authz = ctx.engine.authz
     if not authz:
         return ctx.as_runner(cmd)
     return ("d=$(mktemp -d) && python3 -c 'import json,sys; print(json.dumps({\"HttpHeaders\": "
             "{\"X-Kooi-Token\": open(sys.argv[1]).read().strip()}}))' "
-            f"{shlex.quote(authz['token_file'])} > $d/config.json && "
-            f"DOCKER_CONFIG=$d DOCKER_HOST=unix://{ctx.engine['socket']} sh -c {shlex.quote(cmd)}; "
+            f"{shlex.quote(authz.token_file)} > $d/config.json && "
+            f"DOCKER_CONFIG=$d DOCKER_HOST=unix://{ctx.engine.socket} sh -c {shlex.quote(cmd)}; "
             "rc=$?; rm -rf $d; exit $rc")
 
 
@@ -155,7 +155,7 @@ def test_setuid_file_in_the_pinned_image(host, ctx):
         try:
             failed = failing(host, ctx, image=True)
         finally:
-            host.run(f"mv -f /etc/kooi/images.json.kooi-neg /etc/kooi/images.json && cp -a /etc/kooi/images.json "
+            host.run("mv -f /etc/kooi/images.json.kooi-neg /etc/kooi/images.json && cp -a /etc/kooi/images.json "
                      "/etc/kooi/images.json.kooi-neg")
     host.run(ctx.as_runner(f"docker rmi -f {bad}"))
     assert "IMG-NOSUID" in failed, failed
@@ -167,7 +167,7 @@ def test_authorization_plugin_down_fails_closed_and_is_reported(host, ctx):
     status` name the cause at once, and dockerd refuse calls; started again, dockerd
     (the same process) serves again. Elsewhere the POL-* checks are n/a."""
     pol = {r.id: r.status for r in run_all(host, ctx, ["POL-AUTHZ-PLUGIN", "POL-AUTHZ-REFUSES"])}
-    if not ctx.engine.get("authz"):
+    if not ctx.engine.authz:
         assert set(pol.values()) == {"na"}, pol
         return
     assert set(pol.values()) == {"pass"}, pol
@@ -192,13 +192,13 @@ def test_daemon_without_its_authorization_plugin_lets_privileged_requests_throug
     without kooi-authz and the daemon restarted, the runner's --privileged, host-mount
     and host-namespace requests reach the engine, and exactly the POL-AUTHZ-* checks
     fail. Without the plugin the check says why it does not apply."""
-    if not ctx.engine.get("authz"):
+    if not ctx.engine.authz:
         [res] = run_all(host, ctx, ["POL-AUTHZ-REFUSES"])
         why = "kooi_authz_enabled is false" if ctx.mode == "userns_remap" else "not applicable to engine mode"
         assert res.status == "na" and why in res.evidence, res
         return
-    path = ctx.engine["daemon_config"]
-    unit = ctx.engine.get("systemd_unit") or "docker.service"
+    path = ctx.engine.daemon_config
+    unit = ctx.engine.systemd_unit or "docker.service"
     drop = ("import json,sys; p=sys.argv[1]; d=json.load(open(p)); d.pop('authorization-plugins'); "
             "open(p,'w').write(json.dumps(d, indent=2))")
     try:
@@ -232,7 +232,7 @@ def test_egress_rule_letting_the_runner_out(host, ctx):
     operator's quick fix would add it). The table and its uid set are intact, the
     behaviour is not: NET-EGRESS-CONFINED, which tries the real connection, fails."""
     eg = egress(host)
-    uid = int(ctx.engine["runner_uid"])
+    uid = int(ctx.engine.runner_uid)
     assert host.run(f"nft insert rule inet {eg['table']} output meta skuid {uid} accept").rc == 0
     try:
         assert failing(host, ctx) == {"NET-EGRESS-CONFINED"}
@@ -248,6 +248,18 @@ def test_egress_allowlist_readable_by_all(host, ctx):
         assert failing(host, ctx) == {"NET-EGRESS-PROXY", "POL-EGRESS"}
     finally:
         host.run(f"chmod 0640 {path}; chmod 0750 $(dirname {path})")
+
+
+def test_egress_description_removed(host, ctx):
+    """egress.json gone while engine.json records egress as meant to be on: every
+    egress check fails (none calls itself "not applicable"), and a workflow that asks
+    for the proxy is refused as unavailable instead of running without one."""
+    egress(host)
+    with backup(host, "/etc/kooi/egress.json"):
+        host.run("rm -f /etc/kooi/egress.json")
+        assert failing(host, ctx) == {"NET-EGRESS-RULES", "NET-EGRESS-CONFINED", "NET-EGRESS-PROXY", "POL-EGRESS"}
+        [res] = run_all(host, ctx, ["NET-EGRESS-RULES"])
+        assert "egress control is on for this host" in res.evidence, res
 
 
 def test_egress_proxy_stopped(host, ctx):

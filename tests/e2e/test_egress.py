@@ -13,7 +13,6 @@ gets out."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import socket
@@ -25,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kooi.run import subid_start
+from kooi.run.project import subid_start
 
 from .conftest import KOOI, playbook
 from .test_run import host, kooi_run, project, wfdir, write_wf  # noqa: F401 - fixtures
@@ -262,6 +261,31 @@ def test_a_host_without_rules_refuses_to_give_a_workload_a_network(host, probe_w
         out = json.loads(sh(KOOI, "egress", "start", "--json").stdout)
     assert out["rules_applied"] is True
     assert host_connect(host["runner_user"], ADDR) == "EHOSTUNREACH"
+
+
+def test_a_host_whose_egress_description_is_gone_refuses_and_verifies_red(host, probe_wf, project):
+    """The intent is in engine.json (egress on by default): with egress.json removed a
+    root-started run of a network: proxy workflow is refused as unavailable (not run
+    without a proxy), and the NET-* checks fail instead of calling themselves n/a."""
+    import testinfra
+
+    from kooi.checks import CHECKS, Context, run_all
+
+    desc = Path("/etc/kooi/egress.json")
+    saved = desc.read_bytes()
+    desc.unlink()
+    try:
+        proj = project("egress-probe")
+        res, result = kooi_run("egress-probe", proj, probe_wf)
+        assert res.returncode == 125 and result["reason"] == "unavailable", (res.returncode, result)
+        assert "egress control is on for this host" in result["message"], result["message"]
+        local = testinfra.get_host("local://")
+        ids = [c.id for c in CHECKS if c.id.startswith(("NET-", "POL-EGRESS"))]
+        status = {r.id: r.status for r in run_all(local, Context.from_host(local), ids)}
+        assert status and set(status.values()) == {"fail"}, status
+    finally:
+        desc.write_bytes(saved)
+        desc.chmod(0o644)
 
 
 def test_the_maven_example_downloads_its_dependencies_through_the_proxy(host, wfdir, project, upstreams):

@@ -14,6 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kooi import egress
+from kooi.hoststate import HostStateError
+from kooi.hoststate import egress as egress_state
+from kooi.hoststate.egress import EgressConfig
+from kooi.hoststate.engine import EngineConfig
 
 spec = importlib.util.spec_from_file_location(
     "kooi_egress_filter", Path(__file__).resolve().parents[2] / "roles/egress/filter_plugins/kooi_egress.py")
@@ -92,7 +96,7 @@ def test_the_probe_reads_a_refused_or_accepted_connection_as_no_rules():
     """Unconfined (this test's uid, no kooi rules for it): a closed port refuses and a
     listener accepts; both are 'not enforced'. tests/e2e checks the enforced case as
     the runner."""
-    cfg = egress.EgressConfig(port=3128)
+    cfg = EgressConfig(port=3128)
     ok, why = egress.rules_enforced(cfg)
     assert not ok and ("no rules in force" in why or "accepted a connection" in why), why
     lst = socket.socket()
@@ -109,14 +113,25 @@ def test_the_probe_reads_a_refused_or_accepted_connection_as_no_rules():
 
 
 def test_a_missing_or_malformed_description(tmp_path):
-    assert egress.load(tmp_path / "none.json") is None
+    assert egress_state.load(tmp_path / "none.json") is None
     bad = tmp_path / "bad.json"
     bad.write_text('{"port": "x"}')
-    with pytest.raises(egress.EgressError, match="re-run site.yml"):
-        egress.load(bad)
+    with pytest.raises(HostStateError, match="port must be an integer; re-run site.yml"):
+        egress_state.load(bad)
     off = tmp_path / "off.json"
     off.write_text('{"port": 3128, "enabled": false}')
-    assert egress.load(off) is None
+    assert egress_state.load(off) is None
+
+
+def test_a_missing_description_is_an_error_where_egress_is_meant_to_be_on(tmp_path):
+    """The intent is in engine.json: egress.json gone where it says "on" is the egress
+    role's work undone, not "no egress control here"."""
+    on = EngineConfig("rootless", "r", 1001, 1001, "/home/r", "/run/user/1001/docker.sock", "/d.json")
+    with pytest.raises(HostStateError, match="egress control is on for this host"):
+        egress_state.load_for(on, tmp_path / "none.json")
+    off = EngineConfig("rootless", "r", 1001, 1001, "/home/r", "/run/user/1001/docker.sock", "/d.json",
+                       egress=False)
+    assert egress_state.load_for(off, tmp_path / "none.json") is None
 
 
 def test_the_jail_forwarder_relays_to_the_bridge_and_returns_the_workload_status(tmp_path):

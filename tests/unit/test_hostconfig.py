@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from kooi import cli, hostconfig
+from kooi import cli
+from kooi.hoststate import HostStateError
+from kooi.hoststate import engine as hostconfig
 
 GOOD = {
     "mode": "rootless", "runner_user": "kooi-runner", "runner_uid": "1001", "runner_gid": 1001,
@@ -32,10 +34,10 @@ def test_loads_and_coerces_ids(tmp_path):
     ({k: v for k, v in GOOD.items() if k != "socket"}, "missing keys socket"),
     ({**GOOD, "runner_uid": "x"}, "must be an integer"),
     ("{not json", "cannot read"),
-    ("[]", "expected a JSON object"),
+    ("[]", "must be a JSON object"),
 ])
 def test_bad_descriptions_say_what_is_wrong(tmp_path, data, msg):
-    with pytest.raises(hostconfig.ConfigError, match=msg):
+    with pytest.raises(HostStateError, match=msg):
         hostconfig.load(write(tmp_path, data))
 
 

@@ -1,18 +1,12 @@
-"""The subordinate id planner (roles/subids/module_utils/kooi_subids.py)."""
+"""The subordinate id planner (shim/kooi/hoststate/subids.py)."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-_path = Path(__file__).resolve().parents[2] / "roles/subids/module_utils/kooi_subids.py"
-_spec = importlib.util.spec_from_file_location("kooi_subids", _path)
-subids = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(subids)
+from kooi.hoststate import subids
 
 RUNNER = [{"name": "kooi-runner", "count": 65536}]
 

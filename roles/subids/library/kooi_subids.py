@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Own the /etc/subuid and /etc/subgid entries of the users kooi manages."""
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ rather than hiding them. docs/cis.md renders this table.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .core import FAIL, NA, PASS
 
 BENCHMARK = "CIS Docker Benchmark v1.6.0"
@@ -124,7 +126,7 @@ def items_for(check_id: str) -> list[str]:
     return list(MAP.get(check_id, []))
 
 
-def summarize(checks: list[dict], mode: str) -> list[dict]:
+def summarize(checks: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
     """Per item: the checks that cover it and the item's status (fail if any fails,
     na if all are n/a, pass otherwise; uncovered items say why)."""
     out = []

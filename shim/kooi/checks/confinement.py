@@ -7,12 +7,12 @@ project owned by the runner.
 
 from __future__ import annotations
 
-import json
 import shlex
+from typing import cast
 
 import yaml
 
-from .core import FAIL, NA, PASS, check
+from .core import FAIL, NA, PASS, Context, Host, Outcome, check
 from .host import daemon_json
 from .image import runner_pin
 
@@ -21,21 +21,24 @@ RUN_DIR = "/var/lib/kooi/runs"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def _selftest(host, ctx):
+# What the self-test printed (None: it cannot run here, {}: it failed) and why not.
+Selftest = tuple[dict[str, str] | None, str]
+
+
+def _selftest(host: Host, ctx: Context) -> Selftest:
     if "selftest" in ctx.cache:
-        return ctx.cache["selftest"]
-    pins = host.file("/etc/kooi/images.json")
-    if not host.file(SELFTEST).exists or not pins.exists or "runner" not in json.loads(pins.content_string):
+        return cast(Selftest, ctx.cache["selftest"])
+    if not host.file(SELFTEST).exists or "runner" not in (ctx.described(host, "images") or {}):
         ctx.cache["selftest"] = (None, "no runner image or self-test workflow on this host")
-        return ctx.cache["selftest"]
+        return cast(Selftest, ctx.cache["selftest"])
     proj = f"{RUN_DIR}/selftest-project"
     prep = host.run(f"runuser -u {shlex.quote(ctx.runner)} -- mkdir -p {proj}")
     if prep.rc != 0:
         ctx.cache["selftest"] = ({}, f"cannot create {proj}: {prep.stderr.strip()}")
-        return ctx.cache["selftest"]
+        return cast(Selftest, ctx.cache["selftest"])
     # The host's installed command, whatever PATH the caller has (a venv may shadow it).
     res = host.run(f"PATH={SYSTEM_PATH} kooi run kooi-selftest --project {proj} --json {RUN_DIR}/selftest.json")
-    seen = {}
+    seen: dict[str, str] = {}
     for line in res.stdout.splitlines():
         if line.startswith("KOOI-SELFTEST "):
             key, _, value = line[len("KOOI-SELFTEST "):].partition("=")
@@ -45,20 +48,21 @@ def _selftest(host, ctx):
                                      f"{(res.stderr or res.stdout).strip()[-300:]}")
     else:
         ctx.cache["selftest"] = (seen, "")
-    return ctx.cache["selftest"]
+    return cast(Selftest, ctx.cache["selftest"])
 
 
-def _get(host, ctx, *keys):
+def _get(host: Host, ctx: Context, *keys: str) -> tuple[str | None, str, dict[str, str]]:
+    """(NA or FAIL and why, {}) where the self-test did not run or failed, else (None, "", the KEYS it printed)."""
     seen, why = _selftest(host, ctx)
     if seen is None:
-        return NA, why, None
+        return NA, why, {}
     if not seen:
-        return FAIL, why, None
+        return FAIL, why, {}
     return None, "", {k: seen.get(k, "?") for k in keys}
 
 
 @check("ID-NONROOT", "the workload does not run as uid 0", "a workload holding (namespaced) root")
-def nonroot(host, ctx):
+def nonroot(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "uid")
     if st:
         return st, why
@@ -67,7 +71,7 @@ def nonroot(host, ctx):
 
 @check("ID-CAPS", "the workload holds no capability (CapEff, CapPrm, CapBnd all 0)",
        "a workload using capabilities against the kernel")
-def caps(host, ctx):
+def caps(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "CapEff", "CapPrm", "CapBnd")
     if st:
         return st, why
@@ -76,7 +80,7 @@ def caps(host, ctx):
 
 
 @check("ID-NNP", "no_new_privs is set for the workload", "privilege gain through exec of a privileged file")
-def nnp(host, ctx):
+def nnp(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "NoNewPrivs")
     if st:
         return st, why
@@ -84,7 +88,7 @@ def nnp(host, ctx):
 
 
 @check("ID-SECCOMP", "a seccomp filter confines the workload", "the full kernel syscall surface")
-def seccomp(host, ctx):
+def seccomp(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "Seccomp", "Seccomp_filters")
     if st:
         return st, why
@@ -95,7 +99,7 @@ def seccomp(host, ctx):
 
 @check("ID-ROOTFS-RO", "the workload's root filesystem is read-only and /workspace is writable",
        "a workload altering its toolchain for later steps; a build that cannot write its output")
-def rootfs(host, ctx):
+def rootfs(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "rootfs", "workspace")
     if st:
         return st, why
@@ -105,7 +109,7 @@ def rootfs(host, ctx):
 
 @check("ID-NOSOCKET", "no engine socket (no unix socket at all) is visible to the workload",
        "a workload driving the container engine (host root or the runner's files)")
-def nosocket(host, ctx):
+def nosocket(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "sockets", "docker_host")
     if st:
         return st, why
@@ -120,7 +124,7 @@ SYSCALLS = ("bpf", "perf_event_open", "open_by_handle_at", "userfaultfd", "init_
 NEW_MOUNTS = ("unshare_userns", "unshare_mountns", "mount_proc")
 
 
-def _judge(host, ctx, names: tuple[str, ...], what: str) -> tuple[str, str]:
+def _judge(host: Host, ctx: Context, names: tuple[str, ...], what: str) -> tuple[str, str]:
     """The selftest's syscall probe: each of NAMES must have been refused."""
     status, why, v = _get(host, ctx, "syscalls")
     if status:
@@ -144,7 +148,7 @@ def judge_syscalls(raw: str, names: tuple[str, ...], what: str) -> tuple[str, st
 @check("ESC-SYSCALLS", "the workload cannot use bpf, perf_event_open, open_by_handle_at, userfaultfd, "
        "module loading, kexec or io_uring",
        "the kernel interfaces behind most container escapes and kernel exploits")
-def esc_syscalls(host, ctx):
+def esc_syscalls(host: Host, ctx: Context) -> Outcome:
     return _judge(host, ctx, SYSCALLS, "syscalls")
 
 
@@ -152,15 +156,15 @@ def esc_syscalls(host, ctx):
        "containers run) cannot use io_uring, bpf, perf_event_open, open_by_handle_at, userfaultfd, module loading "
        "or kexec", "kernel exploits from containers that kooi's own filter does not reach (images other than "
        "the runner image, started through the broker)")
-def esc_engine_syscalls(host, ctx):
-    pin = runner_pin(host, ctx)[0] or {}
-    if not pin.get("id") or not host.file(SELFTEST).exists:
+def esc_engine_syscalls(host: Host, ctx: Context) -> Outcome:
+    pin = runner_pin(host, ctx)[0]
+    if pin is None or not host.file(SELFTEST).exists:
         return NA, "no runner image (it has the probe's python3) or self-test workflow on this host"
     script = yaml.safe_load(host.file(SELFTEST).content_string)["command"][-1]
     # Root in the container with the engine's default capabilities: what a service
     # container (postgres, ...) gets; no kooi entrypoint, so no kooi filter.
     res = host.run(ctx.as_runner(
-        f"docker run --rm --pull=never --network none --user 0 --entrypoint sh {shlex.quote(pin['id'])} "
+        f"docker run --rm --pull=never --network none --user 0 --entrypoint sh {shlex.quote(pin.id)} "
         f"-c {shlex.quote(script)}"))
     raw = next((line.partition("=")[2] for line in res.stdout.splitlines()
                 if line.startswith("KOOI-SELFTEST syscalls=")), "")
@@ -173,13 +177,13 @@ def esc_engine_syscalls(host, ctx):
 @check("ESC-FRESH-MOUNTS", "the workload cannot create user or mount namespaces or mount (no fresh procfs, "
        "sysfs or cgroupfs revealing host state)",
        "a fresh procfs/sysfs bypassing the masked and read-only paths")
-def esc_fresh_mounts(host, ctx):
+def esc_fresh_mounts(host: Host, ctx: Context) -> Outcome:
     return _judge(host, ctx, NEW_MOUNTS, "namespaces and mounts")
 
 
 @check("ESC-DEVICES", "no host block device, /dev/kvm, /dev/mem, /dev/kmem, /dev/port or /dev/fuse in the workload",
        "raw access to host disks, memory or hypervisor and FUSE interfaces")
-def esc_devices(host, ctx):
+def esc_devices(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "devices")
     if st:
         return st, why

@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
-import json
+import importlib
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+from ..hoststate import HostStateError
+from ..hoststate import engine as engine_state
+from ..hoststate.engine import EngineConfig
+
+if TYPE_CHECKING:
+    from ..hoststate.apparmor import AppArmorState
+    from ..hoststate.egress import EgressConfig
+    from ..hoststate.fuse import FuseState
+    from ..hoststate.images import Pin
 
 PASS, FAIL, NA = "pass", "fail", "na"
+
+# A testinfra host (testinfra.host.Host: local://, docker://, ssh://); testinfra has no type hints.
+Host = Any
+# What a check returns: (status, evidence).
+Outcome = tuple[str, str]
+CheckFunc = Callable[[Host, "Context"], Outcome]
 
 
 @dataclass(frozen=True)
@@ -18,7 +35,7 @@ class Result:
     evidence: str
     threat: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, str]:
         return dict(self.__dict__)
 
 
@@ -27,16 +44,16 @@ class Check:
     id: str
     title: str
     threat: str
-    func: Callable[["object", "Context"], tuple[str, str]]
+    func: CheckFunc
     modes: tuple[str, ...] = ("rootless", "userns_remap")
 
-    def run(self, host, ctx: "Context") -> Result:
+    def run(self, host: Host, ctx: Context) -> Result:
         if ctx.mode not in self.modes:
             return Result(self.id, self.title, NA, f"not applicable to engine mode {ctx.mode}",
                           self.threat)
         try:
             status, evidence = self.func(host, ctx)
-        except Exception as exc:  # a check that crashes has not proven anything
+        except Exception as exc:  # noqa: BLE001 - a check that crashes has not proven anything
             status, evidence = FAIL, f"check raised {type(exc).__name__}: {exc}"
         return Result(self.id, self.title, status, evidence, self.threat)
 
@@ -44,8 +61,9 @@ class Check:
 CHECKS: list[Check] = []
 
 
-def check(id: str, title: str, threat: str, modes: tuple[str, ...] = ("rootless", "userns_remap")):
-    def deco(func):
+def check(id: str, title: str, threat: str,
+          modes: tuple[str, ...] = ("rootless", "userns_remap")) -> Callable[[CheckFunc], CheckFunc]:
+    def deco(func: CheckFunc) -> CheckFunc:
         if any(c.id == id for c in CHECKS):
             raise ValueError(f"duplicate check id {id}")
         CHECKS.append(Check(id, title, threat, func, modes))
@@ -53,44 +71,74 @@ def check(id: str, title: str, threat: str, modes: tuple[str, ...] = ("rootless"
     return deco
 
 
+# The defaults, not this process's overrides (KOOI_*_CONFIG): the checked host's files.
+DEFAULT_PATHS = {"engine": "/etc/kooi/engine.json", "images": "/etc/kooi/images.json",
+                 "egress": "/etc/kooi/egress.json", "apparmor": "/etc/kooi/apparmor.json",
+                 "fuse": "/etc/kooi/fuse.json"}
+
+
 @dataclass
 class Context:
     """What the host says about itself (/etc/kooi/engine.json) plus test settings."""
 
-    engine: dict
+    engine: EngineConfig
     probe_image: str = "kooi-probe:latest"
-    cache: dict = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict)
 
     @property
     def mode(self) -> str:
-        return self.engine.get("mode", "")
+        return self.engine.mode
 
     @property
     def runner(self) -> str:
-        return self.engine["runner_user"]
+        return self.engine.runner_user
 
     @property
     def managed_subid_users(self) -> list[str]:
         users = [self.runner]
-        if self.mode == "userns_remap" and self.engine.get("remap_user"):
-            users.append(self.engine["remap_user"])
+        if self.mode == "userns_remap" and self.engine.remap_user:
+            users.append(self.engine.remap_user)
         return users
 
     @classmethod
-    def from_host(cls, host, path: str = "/etc/kooi/engine.json", **kw) -> "Context":
+    def from_host(cls, host: Host, path: str = DEFAULT_PATHS["engine"], **kw: Any) -> Context:
         f = host.file(path)
         if not f.exists:
             raise RuntimeError(f"{path} is missing on the host: it was not provisioned by kooi")
-        return cls(engine=json.loads(f.content_string), **kw)
+        try:
+            return cls(engine=engine_state.parse(f.content_string, path), **kw)
+        except HostStateError as exc:
+            raise RuntimeError(str(exc)) from None
+
+    @overload
+    def described(self, host: Host, kind: Literal["images"]) -> dict[str, Pin] | None: ...
+    @overload
+    def described(self, host: Host, kind: Literal["egress"]) -> EgressConfig | None: ...
+    @overload
+    def described(self, host: Host, kind: Literal["apparmor"]) -> AppArmorState | None: ...
+    @overload
+    def described(self, host: Host, kind: Literal["fuse"]) -> FuseState | None: ...
+
+    def described(self, host: Host, kind: str) -> Any:
+        """The host's description KIND (kooi.hoststate.KIND: images, egress, apparmor,
+        fuse), parsed by the shim's own parser; None where the file does not exist.
+        A malformed file raises (the check fails and says why)."""
+        key = f"hoststate:{kind}"
+        if key not in self.cache:
+            mod = importlib.import_module(f"kooi.hoststate.{kind}")
+            path = DEFAULT_PATHS[kind]
+            f = host.file(path)
+            self.cache[key] = mod.parse(f.content_string, path) if f.exists else None
+        return self.cache[key]
 
     def as_runner(self, cmd: str) -> str:
         """A shell command line that runs `cmd` as the runner user with its engine."""
-        env = [f"HOME={self.engine['runner_home']}", f"DOCKER_HOST=unix://{self.engine['socket']}"]
+        env = [f"HOME={self.engine.runner_home}", f"DOCKER_HOST=unix://{self.engine.socket}"]
         if self.mode == "rootless":
-            env.append(f"XDG_RUNTIME_DIR=/run/user/{self.engine['runner_uid']}")
+            env.append(f"XDG_RUNTIME_DIR=/run/user/{self.engine.runner_uid}")
         return (f"runuser -u {shlex.quote(self.runner)} -- env {' '.join(map(shlex.quote, env))} "
                 f"sh -c {shlex.quote(cmd)}")
 
 
-def run_all(host, ctx: Context, ids: list[str] | None = None) -> list[Result]:
+def run_all(host: Host, ctx: Context, ids: list[str] | None = None) -> list[Result]:
     return [c.run(host, ctx) for c in CHECKS if ids is None or c.id in ids]

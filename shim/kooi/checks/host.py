@@ -4,33 +4,37 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
+from typing import Any
 
-from .core import FAIL, NA, PASS, check
+from ..hoststate import subids
+from .core import FAIL, PASS, Context, Host, Outcome, check
 
 SUDO_GROUPS = ("sudo", "admin", "wheel", "root")
 MIN_SUBIDS = 65536
 
 
-def _groups(host, user: str) -> list[str]:
-    return host.user(user).groups
+def _groups(host: Host, user: str) -> list[str]:
+    groups: list[str] = host.user(user).groups
+    return groups
 
 
 @check("HOST-RUNNER-USER", "runner user exists and is not root",
        "a workload running as uid 0 on the host")
-def runner_user(host, ctx):
+def runner_user(host: Host, ctx: Context) -> Outcome:
     u = host.user(ctx.runner)
     if not u.exists:
         return FAIL, f"user {ctx.runner} does not exist"
     if u.uid == 0 or u.gid == 0:
         return FAIL, f"{ctx.runner} has uid {u.uid} gid {u.gid}"
-    if u.uid != ctx.engine["runner_uid"]:
-        return FAIL, f"{ctx.runner} has uid {u.uid}, host description says {ctx.engine['runner_uid']}"
+    if u.uid != ctx.engine.runner_uid:
+        return FAIL, f"{ctx.runner} has uid {u.uid}, host description says {ctx.engine.runner_uid}"
     return PASS, f"{ctx.runner} uid={u.uid} gid={u.gid} home={u.home}"
 
 
 @check("HOST-RUNNER-NOSUDO", "runner user has no sudo rights",
        "the workload escalating to host root through sudo")
-def runner_nosudo(host, ctx):
+def runner_nosudo(host: Host, ctx: Context) -> Outcome:
     bad = sorted(set(_groups(host, ctx.runner)) & set(SUDO_GROUPS))
     if bad:
         return FAIL, f"{ctx.runner} is in group(s) {', '.join(bad)}"
@@ -45,30 +49,23 @@ def runner_nosudo(host, ctx):
 
 @check("HOST-RUNNER-NODOCKER", "runner user is not in group docker",
        "group docker reaches the rootful daemon: host root")
-def runner_nodocker(host, ctx):
+def runner_nodocker(host: Host, ctx: Context) -> Outcome:
     groups = _groups(host, ctx.runner)
     if "docker" in groups:
         return FAIL, f"{ctx.runner} is in group docker (groups: {', '.join(groups)})"
     return PASS, f"groups of {ctx.runner}: {', '.join(groups)}"
 
 
-def _parse_subids(text: str) -> list[tuple[str, int, int]]:
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, start, count = line.split(":")
-        out.append((name, int(start), int(count)))
-    return out
+def _parse_subids(text: str, path: str) -> list[tuple[str, int, int]]:
+    return subids.entries(text, path)
 
 
 @check("HOST-SUBID-RANGES", "managed users have exactly one large enough subuid/subgid range",
        "a too small or duplicated range lets container ids fall outside the mapping or collide")
-def subid_ranges(host, ctx):
+def subid_ranges(host: Host, ctx: Context) -> Outcome:
     ev = []
     for path in ("/etc/subuid", "/etc/subgid"):
-        entries = _parse_subids(host.file(path).content_string)
+        entries = _parse_subids(host.file(path).content_string, path)
         for user in ctx.managed_subid_users:
             mine = [e for e in entries if e[0] == user]
             if len(mine) != 1:
@@ -81,13 +78,13 @@ def subid_ranges(host, ctx):
 
 @check("HOST-SUBID-NOOVERLAP", "subordinate id ranges overlap neither each other nor real accounts",
        "two users' containers sharing host ids, or container root mapping onto a real account")
-def subid_nooverlap(host, ctx):
+def subid_nooverlap(host: Host, ctx: Context) -> Outcome:
     uids = {int(l.split(":")[2]): l.split(":")[0]
             for l in host.file("/etc/passwd").content_string.splitlines() if l.count(":") >= 6}
     gids = {int(l.split(":")[2]): l.split(":")[0]
             for l in host.file("/etc/group").content_string.splitlines() if l.count(":") >= 3}
     for path, ids in (("/etc/subuid", uids), ("/etc/subgid", gids)):
-        entries = sorted(_parse_subids(host.file(path).content_string), key=lambda e: e[1])
+        entries = sorted(_parse_subids(host.file(path).content_string, path), key=lambda e: e[1])
         for a, b in zip(entries, entries[1:]):
             if a[1] + a[2] > b[1]:
                 return FAIL, f"{path}: {a[0]}:{a[1]}:{a[2]} overlaps {b[0]}:{b[1]}:{b[2]}"
@@ -99,18 +96,19 @@ def subid_nooverlap(host, ctx):
     return PASS, "no overlapping ranges; no range contains an account's id"
 
 
-def _engine_info(host, ctx) -> dict:
+def _engine_info(host: Host, ctx: Context) -> dict[str, Any]:
     if "info" not in ctx.cache:
         res = host.run(ctx.as_runner("docker info --format '{{json .}}'"))
         if res.rc != 0:
             raise RuntimeError(f"docker info as {ctx.runner} failed: {res.stderr.strip()[-300:]}")
         ctx.cache["info"] = json.loads(res.stdout)
-    return ctx.cache["info"]
+    info: dict[str, Any] = ctx.cache["info"]
+    return info
 
 
 @check("HOST-ENGINE-ROOTLESS", "the rootless daemon runs as the runner user",
        "a daemon running as root: container root would be host root", modes=("rootless",))
-def engine_rootless(host, ctx):
+def engine_rootless(host: Host, ctx: Context) -> Outcome:
     res = host.run("ps -ww -eo user:32=,args= | grep -E '[d]ockerd( |$)'")
     procs = [l.split(None, 1) for l in res.stdout.splitlines()]
     mine = [p for p in procs if p[0] == ctx.runner]
@@ -119,15 +117,15 @@ def engine_rootless(host, ctx):
     info = _engine_info(host, ctx)
     opts = info.get("SecurityOptions") or []
     if not any("rootless" in o for o in opts):
-        return FAIL, f"daemon on {ctx.engine['socket']} does not report rootless: {opts}"
-    if f"--config-file {ctx.engine['daemon_config']}" not in mine[0][1]:
+        return FAIL, f"daemon on {ctx.engine.socket} does not report rootless: {opts}"
+    if f"--config-file {ctx.engine.daemon_config}" not in mine[0][1]:
         return FAIL, f"dockerd does not run with the root-owned config: {mine[0][1]}"
     return PASS, f"dockerd as {ctx.runner}: {mine[0][1][:160]}; security options {opts}"
 
 
 @check("HOST-ENGINE-USERNS-REMAP", "the rootful daemon remaps container root",
        "container root being host root", modes=("userns_remap",))
-def engine_remap(host, ctx):
+def engine_remap(host: Host, ctx: Context) -> Outcome:
     info = _engine_info(host, ctx)
     opts = info.get("SecurityOptions") or []
     if not any(o.startswith("name=userns") for o in opts):
@@ -135,13 +133,14 @@ def engine_remap(host, ctx):
     return PASS, f"security options {opts}; docker root {info.get('DockerRootDir')}"
 
 
-def daemon_json(host, ctx) -> dict:
-    return json.loads(host.file(ctx.engine["daemon_config"]).content_string)
+def daemon_json(host: Host, ctx: Context) -> dict[str, Any]:
+    cfg: dict[str, Any] = json.loads(host.file(ctx.engine.daemon_config).content_string)
+    return cfg
 
 
 @check("HOST-DAEMON-SETTINGS", "daemon settings: no-new-privileges, icc off, log rotation (+ remap: live-restore, no userland proxy)",
        "containers gaining privileges through setuid files, talking to each other, filling the disk")
-def daemon_settings(host, ctx):
+def daemon_settings(host: Host, ctx: Context) -> Outcome:
     cfg = daemon_json(host, ctx)
     want = {"no-new-privileges": True, "icc": False}
     if ctx.mode == "userns_remap":
@@ -153,11 +152,11 @@ def daemon_settings(host, ctx):
     if ctx.mode == "userns_remap" and not cfg.get("userns-remap"):
         wrong["userns-remap"] = cfg.get("userns-remap")
     if wrong:
-        return FAIL, f"{ctx.engine['daemon_config']}: wrong or missing {wrong}"
-    return PASS, f"{ctx.engine['daemon_config']}: " + json.dumps({k: cfg.get(k) for k in sorted(cfg)})
+        return FAIL, f"{ctx.engine.daemon_config}: wrong or missing {wrong}"
+    return PASS, f"{ctx.engine.daemon_config}: " + json.dumps({k: cfg.get(k) for k in sorted(cfg)})
 
 
-def _stat_tree(host, paths: list[str]) -> dict[str, tuple[bool, bool, int, int]]:
+def _stat_tree(host: Host, paths: Sequence[str]) -> dict[str, tuple[bool, bool, int, int]]:
     """(exists, is a symlink, uid, mode) of each path and of every parent directory, in one
     command on the host (one stat per path, not one round trip per property)."""
     every = []
@@ -180,9 +179,9 @@ def _stat_tree(host, paths: list[str]) -> dict[str, tuple[bool, bool, int, int]]
 
 @check("HOST-ENGINE-FILES", "engine configuration, unit and binaries are root-owned and not writable by others",
        "the runner (or a workload as the runner) restarting its engine with weaker settings")
-def engine_files(host, ctx):
+def engine_files(host: Host, ctx: Context) -> Outcome:
     bad, seen = [], []
-    paths = ctx.engine.get("managed_files", [])
+    paths = ctx.engine.managed_files
     info = _stat_tree(host, paths)
     for path in paths:
         if not info[path][0]:
@@ -205,16 +204,16 @@ def engine_files(host, ctx):
 
 @check("HOST-ENGINE-SOCKET", "engine socket owned and moded correctly",
        "other local users reaching the engine API")
-def engine_socket(host, ctx):
-    sock = host.file(ctx.engine["socket"])
+def engine_socket(host: Host, ctx: Context) -> Outcome:
+    sock = host.file(ctx.engine.socket)
     if not sock.exists or not sock.is_socket:
-        return FAIL, f"{ctx.engine['socket']} is not a socket (engine not running?)"
+        return FAIL, f"{ctx.engine.socket} is not a socket (engine not running?)"
     if ctx.mode == "rootless":
-        d = host.file(ctx.engine["socket"].rsplit("/", 1)[0])
-        if d.uid != ctx.engine["runner_uid"] or d.mode & 0o077:
+        d = host.file(ctx.engine.socket.rsplit("/", 1)[0])
+        if d.uid != ctx.engine.runner_uid or d.mode & 0o077:
             return FAIL, f"{d.path} uid {d.uid} mode {oct(d.mode)}: must be the runner's, 0700"
         return PASS, f"{sock.path} in {d.path} (uid {d.uid}, mode {oct(d.mode)})"
-    group = ctx.engine.get("socket_group") or "docker"
+    group = ctx.engine.socket_group or "docker"
     if sock.uid != 0 or sock.group != group or sock.mode & 0o007:
         return FAIL, f"{sock.path}: uid {sock.uid} group {sock.group} mode {oct(sock.mode)}"
     return PASS, f"{sock.path}: root:{sock.group} {oct(sock.mode)}"
@@ -226,7 +225,7 @@ CONNECT = ("python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); "
 
 @check("HOST-ROOTFUL-SOCKET", "no rootful engine socket is reachable by the runner user",
        "the runner (or a jailed build) becoming host root through a rootful daemon")
-def rootful_socket(host, ctx):
+def rootful_socket(host: Host, ctx: Context) -> Outcome:
     ev = []
     for path in ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
                  "/run/podman/podman.sock"):
@@ -235,7 +234,7 @@ def rootful_socket(host, ctx):
         res = host.run(f"runuser -u {shlex.quote(ctx.runner)} -- " + CONNECT.format(shlex.quote(path)))
         if "CONNECTED" in res.stdout:
             if ctx.mode == "userns_remap" and path.endswith("docker.sock") and \
-                    host.file(path).group == ctx.engine.get("socket_group"):
+                    host.file(path).group == ctx.engine.socket_group:
                 ev.append(f"{path} reachable by design (userns-remap engine; requests are remapped"
                           " — the authz policy closes --userns=host)")
                 continue
@@ -246,9 +245,9 @@ def rootful_socket(host, ctx):
 
 @check("HOST-STORAGE-DRIVER", "storage driver is the one chosen from host facts (overlay preferred)",
        "silent vfs fallback (10x slower), or fuse-overlayfs without the operator's opt-in")
-def storage_driver(host, ctx):
+def storage_driver(host: Host, ctx: Context) -> Outcome:
     info = _engine_info(host, ctx)
-    got, want = info.get("Driver"), ctx.engine.get("storage_driver")
+    got, want = info.get("Driver"), ctx.engine.storage_driver
     if got != want:
         return FAIL, f"engine uses {got}, the role chose {want}"
     if got == "vfs":
@@ -262,15 +261,15 @@ FUSE_OPEN = ("python3 -c 'import os,errno\ntry:\n os.close(os.open(\"/dev/fuse\"
 
 @check("HOST-FUSE", "/dev/fuse is usable by the runner only when the operator opted in (kooi_fuse_enabled)",
        "FUSE mounts by the runner or a workload: kernel attack surface (race windows, crafted metadata)")
-def fuse_device(host, ctx):
-    f = host.file("/etc/kooi/fuse.json")
-    if not f.exists:
+def fuse_device(host: Host, ctx: Context) -> Outcome:
+    state = ctx.described(host, "fuse")
+    if state is None:
         return FAIL, "/etc/kooi/fuse.json is missing: role fuse has not run on this host (re-run site.yml)"
-    enabled = bool(json.loads(f.content_string).get("enabled"))
+    enabled = state.enabled
     dev = host.file("/dev/fuse")
     opened = host.run(f"runuser -u {shlex.quote(ctx.runner)} -- {FUSE_OPEN}").stdout.strip() \
         if dev.exists else "ENOENT"
-    driver = ctx.engine.get("storage_driver")
+    driver = ctx.engine.storage_driver
     if not enabled:
         if opened == "OPENED":
             return FAIL, f"not opted in, but {ctx.runner} can open /dev/fuse (mode {oct(dev.mode)}): re-run site.yml"

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
+from typing import Any
 
-from .core import FAIL, NA, PASS, check
+from ..hoststate import subids
+from ..hoststate.egress import EgressConfig, missing_message
+from .core import FAIL, NA, PASS, Context, Host, Outcome, check
 
-DISABLED = ("egress control is off (kooi_egress_enabled=false, no /etc/kooi/egress.json): workflows with "
+DISABLED = ("egress control is off by intent (kooi_egress_enabled=false, recorded in engine.json): workflows with "
             "network: proxy are refused; testcontainers workloads reach anything their engine's NAT reaches")
 
 PROBE = ("import socket,errno\ns=socket.socket()\ns.settimeout(5)\ntry:\n s.connect(('127.0.0.1',{port}))\n"
@@ -20,34 +24,32 @@ PROXY_ASK = ("import socket\ns=socket.create_connection(('127.0.0.1',{port}),tim
              "print(s.recv(200).split(b'\\r\\n')[0].decode())\n")
 
 
-def _egress(host) -> dict | None:
-    f = host.file("/etc/kooi/egress.json")
-    return json.loads(f.content_string) if f.exists else None
+EgressCheckFunc = Callable[[Host, Context, EgressConfig], Outcome]
 
 
-def egress_check(id: str, title: str, threat: str):
-    """A check that applies where egress control is configured; it gets the host's
-    egress description as a third argument."""
-    def deco(func):
-        def run(host, ctx):
-            eg = _egress(host)
-            return (NA, DISABLED) if eg is None else func(host, ctx, eg)
+def egress_check(id: str, title: str, threat: str) -> Callable[[EgressCheckFunc], EgressCheckFunc]:
+    """A check that applies where egress control is meant to be on (engine.json's
+    `egress`, from kooi_egress_enabled); it gets the host's egress description as a
+    third argument. Meant to be on but not described is a failure, not "n/a"."""
+    def deco(func: EgressCheckFunc) -> EgressCheckFunc:
+        def run(host: Host, ctx: Context) -> Outcome:
+            if not ctx.engine.egress:
+                return NA, DISABLED
+            eg = ctx.described(host, "egress")
+            if eg is None or not eg.enabled:
+                return FAIL, missing_message()
+            return func(host, ctx, eg)
         run.__name__ = func.__name__
         check(id, title, threat)(run)
         return func
     return deco
 
 
-def _subuid_ranges(host, user: str) -> list[tuple[int, int]]:
-    out = []
-    for line in host.file("/etc/subuid").content_string.splitlines():
-        f = line.strip().split(":")
-        if len(f) == 3 and f[0] == user and f[1].isdigit() and f[2].isdigit():
-            out.append((int(f[1]), int(f[1]) + int(f[2]) - 1))
-    return out
+def _subuid_ranges(host: Host, user: str) -> list[tuple[int, int]]:
+    return subids.ranges_of(host.file("/etc/subuid").content_string, user, "/etc/subuid")
 
 
-def _probe(host, prefix: str = "", port: int = 9) -> str:
+def _probe(host: Host, prefix: str = "", port: int = 9) -> str:
     code = shlex.quote(PROBE.format(port=port))
     res = host.run(f"{prefix} python3 -c {code}")
     return res.stdout.strip() or f"(no result: rc={res.rc} {res.stderr.strip()[-160:]})"
@@ -55,20 +57,20 @@ def _probe(host, prefix: str = "", port: int = 9) -> str:
 
 @egress_check("NET-EGRESS-RULES", "kooi's nftables table is loaded and confines the runner and its subordinate uids",
        "a runner workload (or a subordinate uid) connects anywhere: exfiltration, lateral movement, metadata")
-def egress_rules(host, ctx, eg):
-    table = eg.get("table", "kooi_egress")
+def egress_rules(host: Host, ctx: Context, eg: EgressConfig) -> Outcome:
+    table = eg.table
     res = host.run(f"nft -j list table inet {shlex.quote(table)}")
     if res.rc != 0:
         return FAIL, f"table inet {table} is not loaded ({res.stderr.strip()[:200]}); run kooi egress start or site.yml"
     items = json.loads(res.stdout).get("nftables", [])
-    elems = next((i["set"].get("elem", []) for i in items if "set" in i and i["set"].get("name") == "runner_uids"), [])
+    elems: list[Any] = next((i["set"].get("elem", []) for i in items if "set" in i and i["set"].get("name") == "runner_uids"), [])
     have: list[tuple[int, int]] = []
     for e in elems:
         if isinstance(e, int):
             have.append((e, e))
         elif isinstance(e, dict) and "range" in e:
             have.append((int(e["range"][0]), int(e["range"][1])))
-    uid = int(ctx.engine["runner_uid"])
+    uid = int(ctx.engine.runner_uid)
     want = [(uid, uid)] + _subuid_ranges(host, ctx.runner)
     missing = [w for w in want if not any(lo <= w[0] and w[1] <= hi for lo, hi in have)]
     if missing:
@@ -82,7 +84,7 @@ def egress_rules(host, ctx, eg):
 
 @egress_check("NET-EGRESS-CONFINED", "the runner and a subordinate uid are rejected off the proxy port; root is not",
        "rules that exist but do not apply (wrong uid, a subuid bypass via unshare --map-auto)")
-def egress_confined(host, ctx, eg):
+def egress_confined(host: Host, ctx: Context, eg: EgressConfig) -> Outcome:
     runner = shlex.quote(ctx.runner)
     as_runner = _probe(host, f"runuser -u {runner} --")
     if host.run("command -v newuidmap").rc == 0:
@@ -91,7 +93,7 @@ def egress_confined(host, ctx, eg):
         # Without the setuid helper nobody can map subordinate ids: no such bypass.
         as_subuid = "EHOSTUNREACH (no newuidmap: the runner cannot switch to a subordinate uid)"
     as_root = _probe(host)
-    to_proxy = _probe(host, f"runuser -u {runner} --", port=int(eg["port"]))
+    to_proxy = _probe(host, f"runuser -u {runner} --", port=eg.port)
     seen = f"runner: {as_runner}, subordinate uid: {as_subuid}, root: {as_root}, runner to the proxy: {to_proxy}"
     if as_runner != "EHOSTUNREACH" or not as_subuid.startswith("EHOSTUNREACH"):
         return FAIL, seen
@@ -104,10 +106,10 @@ def egress_confined(host, ctx, eg):
 
 @egress_check("NET-EGRESS-PROXY", "the proxy runs with kooi's configuration and refuses unlisted names and IP literals",
        "an open proxy, or one that forwards to any name or address")
-def egress_proxy(host, ctx, eg):
-    port = int(eg["port"])
+def egress_proxy(host: Host, ctx: Context, eg: EgressConfig) -> Outcome:
+    port = eg.port
     problems = []
-    for path in (eg["squid_config"], eg["allowlist"]):
+    for path in (eg.squid_config, eg.allowlist):
         f = host.file(path)
         if not f.exists or f.user != "root" or f.mode & 0o027:
             problems.append(f"{path}: exists={f.exists} owner={f.user if f.exists else '-'} "
@@ -126,12 +128,12 @@ def egress_proxy(host, ctx, eg):
 
 @egress_check("POL-EGRESS", "the runner can neither read nor change the egress rules or the allowlist",
        "a workload widens its own egress or learns what it may reach")
-def egress_policy(host, ctx, eg):
+def egress_policy(host: Host, ctx: Context, eg: EgressConfig) -> Outcome:
     runner = shlex.quote(ctx.runner)
     problems = []
-    for cmd in (f"cat {shlex.quote(eg['allowlist'])}", "nft list ruleset",
-                f"nft delete table inet {shlex.quote(eg.get('table', 'kooi_egress'))}",
-                f"touch {shlex.quote(eg['allowlist'])}"):
+    for cmd in (f"cat {shlex.quote(eg.allowlist)}", "nft list ruleset",
+                f"nft delete table inet {shlex.quote(eg.table)}",
+                f"touch {shlex.quote(eg.allowlist)}"):
         res = host.run(f"runuser -u {runner} -- {cmd}")
         if res.rc == 0:
             problems.append(f"the runner could: {cmd}")

@@ -14,9 +14,10 @@ import json
 import secrets
 import shlex
 import time
+from typing import Any
 
 from .confinement import RUN_DIR, SYSTEM_PATH
-from .core import FAIL, NA, PASS, check
+from .core import FAIL, NA, PASS, Context, Host, Outcome, check
 
 WORKFLOW = "kooi-runcheck"
 PROJECT = f"{RUN_DIR}/runcheck-project"
@@ -25,19 +26,19 @@ KEYS = {"workflow", "run_id", "project", "mode", "isolation", "image_digest", "s
         "duration_s", "exit_code", "reason", "message", "log"}
 
 
-def _available(host, ctx) -> str | None:
+def _available(host: Host, ctx: Context) -> str | None:
     if "runcheck" not in ctx.cache:
-        pins = host.file("/etc/kooi/images.json")
         if not host.file(f"/etc/kooi/workflows/{WORKFLOW}.yml").exists:
             ctx.cache["runcheck"] = f"no {WORKFLOW} workflow on this host (re-run site.yml, role shim)"
-        elif not pins.exists or "runner" not in json.loads(pins.content_string):
+        elif "runner" not in (ctx.described(host, "images") or {}):
             ctx.cache["runcheck"] = "no runner image on this host (kooi_runner_image_build: false)"
         else:
             ctx.cache["runcheck"] = None
-    return ctx.cache["runcheck"]
+    why: str | None = ctx.cache["runcheck"]
+    return why
 
 
-def _script(host, ctx, body: str) -> None:
+def _script(host: Host, ctx: Context, body: str) -> None:
     r = shlex.quote(ctx.runner)
     res = host.run(f"runuser -u {r} -- mkdir -p {PROJECT} && "
                    f"runuser -u {r} -- sh -c {shlex.quote(f'cat > {PROJECT}/{SCRIPT}')} <<'KOOI_EOF'\n{body}\nKOOI_EOF")
@@ -45,7 +46,7 @@ def _script(host, ctx, body: str) -> None:
         raise RuntimeError(f"cannot write the script into {PROJECT}: {res.stderr.strip()}")
 
 
-def _run(host, name: str, background: bool = False):
+def _run(host: Host, name: str, background: bool = False) -> tuple[int | None, dict[str, Any] | None, str]:
     """kooi run kooi-runcheck; returns (rc, result or None, output)."""
     out = f"{RUN_DIR}/{name}.json"
     host.run(f"rm -f {out}")
@@ -60,15 +61,16 @@ def _run(host, name: str, background: bool = False):
     return res.rc, (json.loads(f.content_string) if f.exists else None), res.stdout + res.stderr
 
 
-def _leftovers(host, ctx, run_id: str) -> list[str]:
+def _leftovers(host: Host, ctx: Context, run_id: str) -> list[str]:
     res = host.run(ctx.as_runner(f"docker ps -aq --filter label=org.kooi.run={shlex.quote(run_id)}; "
                                  f"docker network ls -q --filter label=org.kooi.run={shlex.quote(run_id)}"))
-    return res.stdout.split()
+    ids: list[str] = res.stdout.split()
+    return ids
 
 
 @check("RUN-RESULT", "kooi run returns the workload's exit code and an honest JSON result and log",
        "a pipeline or cron job that reports success for a failed build (or the reverse)")
-def run_result(host, ctx):
+def run_result(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
     _script(host, ctx, "echo KOOI-RUNCHECK-OUT; exit 3")
@@ -94,7 +96,7 @@ def run_result(host, ctx):
 
 @check("RUN-TIMEOUT", "a timeout kills the whole workload (every process) and is reported as such",
        "a hung or hostile workload that outlives its run (and keeps its access)")
-def run_timeout(host, ctx):
+def run_timeout(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
     # Durations unique to this call: the host's process table may hold other hosts'
@@ -123,7 +125,7 @@ def run_timeout(host, ctx):
 
 @check("RUN-LOCK", "two runs of the same workflow on the same project do not collide",
        "concurrent builds corrupting each other's output (cron overlapping a pipeline)")
-def run_lock(host, ctx):
+def run_lock(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
     marker = f"{PROJECT}/.kooi-runcheck-started"
@@ -155,7 +157,7 @@ def run_lock(host, ctx):
 
 @check("RUN-CLEANUP", "nothing of a finished run is left: containers, networks, the scratch script's runs",
        "leftover containers holding the project, the engine or resources after their run")
-def run_cleanup(host, ctx):
+def run_cleanup(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
     _script(host, ctx, "exit 0")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
-from .core import FAIL, PASS, check
+from .core import FAIL, PASS, Context, Host, Outcome, check
 
 # Opening for write (without writing: `: >` truncates, which procfs ignores) is the
 # permission check the kernel makes before any sysctl write.
@@ -15,13 +16,13 @@ PROCSYS_PROBE = (
 )
 
 
-def _run(host, ctx, args: str, cmd: str):
+def _run(host: Host, ctx: Context, args: str, cmd: str) -> Any:
     line = (f"docker run --rm --pull=never --network none --user 0 {args} "
             f"{shlex.quote(ctx.probe_image)} sh -c {shlex.quote(cmd)}")
     return host.run(ctx.as_runner(line))
 
 
-def _probe_ready(host, ctx):
+def _probe_ready(host: Host, ctx: Context) -> str | None:
     res = host.run(ctx.as_runner(f"docker image inspect {shlex.quote(ctx.probe_image)} >/dev/null"))
     if res.rc != 0:
         return f"probe image {ctx.probe_image} is not on the runner's engine: {res.stderr.strip()[-200:]}"
@@ -30,7 +31,7 @@ def _probe_ready(host, ctx):
 
 @check("ESC-USERNS-MAP", "container root maps to an unprivileged host uid",
        "container root being host root")
-def userns_map(host, ctx):
+def userns_map(host: Host, ctx: Context) -> Outcome:
     if (why := _probe_ready(host, ctx)):
         return FAIL, why
     res = _run(host, ctx, "", "cat /proc/self/uid_map; id -u")
@@ -47,7 +48,7 @@ def userns_map(host, ctx):
 
 @check("ESC-PROCSYS-WRITE", "container (also --privileged on rootless) cannot open global /proc/sys files for writing",
        "a container rewriting kernel settings such as core_pattern (host code execution)")
-def procsys_write(host, ctx):
+def procsys_write(host: Host, ctx: Context) -> Outcome:
     if (why := _probe_ready(host, ctx)):
         return FAIL, why
     variants = {"default": ""}

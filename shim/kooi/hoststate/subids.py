@@ -1,7 +1,7 @@
-# -*- coding: utf-8 -*-
-# Pure planning logic for /etc/subuid and /etc/subgid, shared by the kooi_subids module
-# and kooi's unit tests. No Ansible imports here.
-"""Plan the subordinate id entries of the users kooi manages.
+# The one parser of /etc/subuid and /etc/subgid, in kooi's host-state layer. Ansible's
+# kooi_subids module uses this very file (roles/subids/module_utils/kooi_subids.py is a
+# symlink to it), so it imports nothing but the standard library.
+"""/etc/subuid and /etc/subgid: parse them and plan the entries of the users kooi manages.
 
 Rules: every managed user ends with exactly one range of the requested size; ranges
 never overlap each other, unmanaged entries or the ids of existing accounts; entries
@@ -10,6 +10,17 @@ fits is kept (no churn); a conflict kooi must not resolve raises SubidError.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Mapping, Sequence
+    from typing import Any
+
+    # (line number, raw line, name or None for a comment/blank line, start, count)
+    Line = tuple[int, str, str | None, int, int]
+    # (start, count, name) of a range that is not free
+    Taken = tuple[int, int, str]
 
 SUB_ID_MIN = 100000
 SUB_ID_MAX = 4294967294  # largest id a uid_map can name (2**32 - 2)
@@ -20,9 +31,9 @@ class SubidError(Exception):
     pass
 
 
-def parse(text, path="subid file"):
+def parse(text: str, path: str = "subid file") -> list[Line]:
     """Return [(lineno, raw, name|None, start, count)]; None name for comments/blank."""
-    out = []
+    out: list[Line] = []
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -35,11 +46,21 @@ def parse(text, path="subid file"):
     return out
 
 
-def _overlaps(a_start, a_count, b_start, b_count):
+def entries(text: str, path: str = "subid file") -> list[tuple[str, int, int]]:
+    """(name, start, count) of every entry, in file order."""
+    return [(name, start, count) for _, _, name, start, count in parse(text, path) if name is not None]
+
+
+def ranges_of(text: str, user: str, path: str = "subid file") -> list[tuple[int, int]]:
+    """USER's ranges as (first, last) ids, in file order."""
+    return [(start, start + count - 1) for name, start, count in entries(text, path) if name == user]
+
+
+def _overlaps(a_start: int, a_count: int, b_start: int, b_count: int) -> bool:
     return a_start < b_start + b_count and b_start < a_start + a_count
 
 
-def _free(start, count, taken, reserved):
+def _free(start: int, count: int, taken: Sequence[Taken], reserved: Collection[int]) -> bool:
     if start < SUB_ID_MIN or start + count - 1 > SUB_ID_MAX:
         return False
     if any(_overlaps(start, count, s, c) for s, c, _ in taken):
@@ -47,7 +68,7 @@ def _free(start, count, taken, reserved):
     return not any(start <= i < start + count for i in reserved)
 
 
-def _allocate(count, taken, reserved):
+def _allocate(count: int, taken: Sequence[Taken], reserved: Collection[int]) -> int:
     candidates = sorted({SUB_ID_MIN} | {s + c for s, c, _ in taken} | {i + 1 for i in reserved})
     for start in candidates:
         if _free(start, count, taken, reserved):
@@ -55,8 +76,8 @@ def _allocate(count, taken, reserved):
     raise SubidError(f"no free range of {count} ids between {SUB_ID_MIN} and {SUB_ID_MAX}")
 
 
-def validate_users(users):
-    seen = set()
+def validate_users(users: Iterable[Mapping[str, Any]]) -> None:
+    seen: set[str] = set()
     for u in users:
         name = u.get("name")
         if not name or ":" in name or "\n" in name:
@@ -73,19 +94,20 @@ def validate_users(users):
             raise SubidError(f"user {name}: start {start!r} must be an integer >= {SUB_ID_MIN}")
 
 
-def plan(text, users, reserved=(), path="subid file"):
+def plan(text: str, users: Sequence[Mapping[str, Any]], reserved: Iterable[int] = (),
+         path: str = "subid file") -> tuple[str, dict[str, tuple[int, int]]]:
     """Return (new_text, ranges) where ranges maps user -> (start, count)."""
     validate_users(users)
     entries = parse(text, path)
     reserved = set(reserved)
     managed = {u["name"]: u for u in users}
     taken = [(s, c, name) for _, _, name, s, c in entries if name is not None and name not in managed]
-    existing = {}
+    existing: dict[str, list[tuple[int, int]]] = {}
     for _, _, name, s, c in entries:
-        if name in managed:
+        if name is not None and name in managed:
             existing.setdefault(name, []).append((s, c))
 
-    ranges = {}
+    ranges: dict[str, tuple[int, int]] = {}
     # Explicit starts first: they are the operator's word and must not be moved.
     for u in sorted(users, key=lambda u: u.get("start") is None):
         name, count = u["name"], u.get("count", MIN_COUNT)

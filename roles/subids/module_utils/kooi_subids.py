@@ -1,0 +1,1 @@
+../../../shim/kooi/hoststate/subids.py

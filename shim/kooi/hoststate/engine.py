@@ -1,0 +1,79 @@
+"""/etc/kooi/engine.json: the engine, its runner and what this host is meant to enforce.
+
+Written by roles/docker_rootless or roles/docker_userns_remap (whichever
+kooi_engine_mode chose), root-owned, read-only for everyone else. `egress` records the
+operator's intent (kooi_egress_enabled): a check or a run that finds egress.json
+missing where egress is meant to be on fails instead of calling it "not applicable".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import _json, read
+from .errors import HostStateError
+
+PATH = Path(os.environ.get("KOOI_ENGINE_CONFIG", "/etc/kooi/engine.json"))
+MODES = ("rootless", "userns_remap")
+
+
+@dataclass(frozen=True)
+class Authz:
+    """roles/authz: the authorization plugin the rootful daemon is configured with."""
+
+    plugin: str
+    socket: str
+    token_file: str
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    mode: str
+    runner_user: str
+    runner_uid: int
+    runner_gid: int
+    runner_home: str
+    socket: str
+    daemon_config: str
+    launcher: tuple[str, ...] = ()
+    environment: dict[str, str] = field(default_factory=dict)
+    storage_driver: str = ""
+    systemd_unit: str = ""
+    log_file: str = ""
+    managed_files: tuple[str, ...] = ()
+    socket_group: str = ""
+    remap_user: str = ""
+    # Written by the engine roles from kooi_egress_enabled (on by default).
+    egress: bool = True
+    # None when the daemon is not guarded by the authorization plugin.
+    authz: Authz | None = None
+
+    @property
+    def runtime_dir(self) -> str:
+        return f"/run/user/{self.runner_uid}"
+
+
+def parse(text: str, source: str = str(PATH)) -> EngineConfig:
+    raw = _json.obj(text, source, "host description")
+    authz = raw.pop("authz", None)
+    cfg = _json.build(EngineConfig, raw, source)
+    if cfg.mode not in MODES:
+        raise HostStateError(f"{source}: mode {cfg.mode!r} is not one of {', '.join(MODES)}; re-run site.yml")
+    if authz:
+        if not isinstance(authz, dict):
+            raise HostStateError(f"{source}: authz must be an object; re-run site.yml")
+        cfg = dataclasses.replace(cfg, authz=_json.build(Authz, authz, f"{source}: authz"))
+    return cfg
+
+
+def load(path: Path | str = PATH) -> EngineConfig:
+    path = Path(path)
+    text = read(path)
+    if text is None:
+        raise HostStateError(f"{path} not found: this host has not been provisioned by kooi; "
+                             "run ansible-playbook site.yml against it first")
+    return parse(text, str(path))

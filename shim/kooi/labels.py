@@ -1,0 +1,41 @@
+"""The label vocabulary kooi puts on engine objects, and the run lock key.
+
+`kooi run` labels what it starts, the broker stamps what a workload starts through it,
+`kooi run gc` finds leftovers by these labels and `kooi image` marks what it builds. They
+must agree, so the names live here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+PREFIX = "org.kooi"
+MANAGED = f"{PREFIX}.managed"  # "1" on every container, network and volume of a run
+RUN = f"{PREFIX}.run"  # the run id
+WORKFLOW = f"{PREFIX}.workflow"  # the workflow name
+PROJECT = f"{PREFIX}.project"  # the project path the run worked on
+NESTED = f"{PREFIX}.nested"  # "1" on what the workload started through its broker
+SCAN = f"{PREFIX}.scan"  # "1" on the throw-away containers of image scans
+INPUTS = f"{PREFIX}.inputs"  # on images: sha256 of what the image was built from
+IMAGE = f"{PREFIX}.image"  # on images: the pin name (runner, ...)
+BASE = f"{PREFIX}.base"  # on images: the pinned base image id
+
+
+def run_labels(workflow: str, project: str, run_id: str) -> dict[str, str]:
+    """The labels of the workload container and everything its run creates."""
+    return {MANAGED: "1", RUN: run_id, WORKFLOW: workflow, PROJECT: project}
+
+
+def nested_labels(run_id: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """What the broker adds to objects a workload creates: it belongs to the run."""
+    return {**(base or {MANAGED: "1", RUN: run_id}), NESTED: "1"}
+
+
+def lock_key(workflow: str, project: str) -> str:
+    """The name of the run lock of WORKFLOW on PROJECT (one run at a time per pair);
+    `kooi run gc` rebuilds it from a container's labels to see whether its run lives."""
+    return f"{workflow}-{hashlib.sha256(project.encode()).hexdigest()[:16]}.lock"
+
+
+def lock_key_of(labels: dict[str, str]) -> str:
+    return lock_key(labels.get(WORKFLOW, ""), labels.get(PROJECT, ""))

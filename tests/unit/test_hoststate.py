@@ -1,0 +1,81 @@
+"""kooi.hoststate: one parser per root-owned host description, shared by the shim, the
+checks and the roles (the kooi_hoststate filter validates what a role would write)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from kooi.hoststate import HostStateError, apparmor, egress, engine, fuse, images, subids
+
+REPO = Path(__file__).resolve().parents[2]
+ENGINE = {"mode": "userns_remap", "runner_user": "kooi-runner", "runner_uid": 1001, "runner_gid": 1001,
+          "runner_home": "/home/kooi-runner", "socket": "/var/run/docker.sock",
+          "daemon_config": "/etc/docker/daemon.json", "egress": False,
+          "authz": {"plugin": "kooi-authz", "socket": "/run/docker/plugins/kooi-authz.sock",
+                    "token_file": "/etc/kooi/authz/token", "unit": "kooi-authz.service"}}
+PIN = {"id": "sha256:" + "a" * 64, "tag": "kooi-runner:aaaa", "inputs": "b" * 64, "base": "sha256:" + "c" * 64,
+       "built_at": "2026-12-02T21:40:01+00:00"}
+
+
+def _filter():
+    path = REPO / "roles/kooi_defaults/filter_plugins/kooi_hoststate.py"
+    spec = importlib.util.spec_from_file_location("kooi_hoststate_filter", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_engine_description_with_intent_and_authz():
+    cfg = engine.parse(json.dumps(ENGINE))
+    assert cfg.egress is False and cfg.authz is not None and cfg.authz.token_file == "/etc/kooi/authz/token"
+    assert engine.parse(json.dumps({k: v for k, v in ENGINE.items() if k not in ("egress", "authz")})).egress is True
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"egress": "yes"}, "egress must be true or false"),
+    ({"launcher": "dockerd"}, "launcher must be a list of strings"),
+    ({"authz": {"plugin": "x"}}, "authz: missing keys socket, token_file"),
+    ({"mode": "rootful"}, "is not one of"),
+])
+def test_engine_description_errors_name_the_key(change, says):
+    with pytest.raises(HostStateError, match=says):
+        engine.parse(json.dumps({**ENGINE, **change}))
+
+
+def test_pins_round_trip_and_refuse_a_non_digest():
+    pins = images.parse(json.dumps({"runner": PIN}))
+    assert pins["runner"].id == PIN["id"] and images.parse(images.dump(pins)) == pins
+    with pytest.raises(HostStateError, match="runner.id 'kooi-runner:x' is not sha256"):
+        images.parse(json.dumps({"runner": {**PIN, "id": "kooi-runner:x"}}))
+
+
+def test_egress_apparmor_fuse_descriptions(tmp_path):
+    assert egress.parse('{"port": 3128}').table == "kooi_egress"
+    st = apparmor.parse('{"enabled": true, "kernel": false, "runner_profile": "kooi-runner", "jail_profile": "kooi-jail"}')
+    assert st.profiles == ["kooi-runner", "kooi-jail"]
+    assert fuse.parse('{"enabled": false, "udev_rule": "/etc/udev/rules.d/60-kooi-fuse.rules"}').enabled is False
+    assert fuse.load(tmp_path / "none.json") is None
+
+
+def test_subid_entries_and_ranges():
+    text = "# comment\nother:100000:65536\nkooi-runner:165536:65536\n"
+    assert subids.entries(text) == [("other", 100000, 65536), ("kooi-runner", 165536, 65536)]
+    assert subids.ranges_of(text, "kooi-runner") == [(165536, 231071)]
+    with pytest.raises(subids.SubidError, match="line 1"):
+        subids.entries("kooi-runner:x:1\n")
+
+
+def test_the_roles_filter_accepts_what_the_shim_accepts_and_refuses_the_rest():
+    f = _filter()
+    text = json.dumps(ENGINE)
+    assert f.kooi_hoststate(text, "engine") == text
+    with pytest.raises(f.AnsibleFilterError, match="engine description this role would write is invalid"):
+        f.kooi_hoststate(json.dumps({**ENGINE, "surprise": 1}), "engine")
+    with pytest.raises(f.AnsibleFilterError, match="unknown description"):
+        f.kooi_hoststate("{}", "nonsense")
+    assert f.kooi_subid_ranges("kooi-runner:165536:65536\n", "kooi-runner") == ["165536-231071"]
