@@ -57,7 +57,7 @@ def main() -> None:
                 "-v", f"{proj}:/workspace", "-w", "/workspace", pin["id"], *cmd]
 
     docker_run = docker_run_of(project, "true")
-    from kooi import run as kooi_run
+    from kooi.run import jail as kooi_run
     from kooi.workflow import Workflow
     bwrap = [*as_runner[:4], *kooi_run.bwrap_argv(Workflow(name="b", path=wfdir, command=("true",)), project)]
     variants = {

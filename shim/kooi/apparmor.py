@@ -10,12 +10,13 @@ without AppArmor runs unconfined by it, and the result says so.
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-STATE_PATH = Path("/etc/kooi/apparmor.json")
+from .hoststate.apparmor import AppArmorState
+
 PROFILES_PATH = Path("/sys/kernel/security/apparmor/profiles")
 
 
@@ -28,17 +29,8 @@ class Confinement:
     profile: str | None      # the profile applied, None when none is
     note: str                # why (for the result and the log)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"profile": self.profile, "applied": self.profile is not None, "note": self.note}
-
-
-def load_state(path: Path = STATE_PATH) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise AppArmorError(f"{path} is unreadable ({exc}); re-run site.yml (role apparmor)") from None
 
 
 def parse_profiles(text: str) -> dict[str, str]:
@@ -90,32 +82,38 @@ def _enforced(name: str, profiles_path: Path) -> str:
     return ""
 
 
-def _unconfined(state: dict | None) -> str | None:
+def _unconfined(state: AppArmorState | None) -> str | None:
     if state is None:
         return "AppArmor: not provisioned on this host (no /etc/kooi/apparmor.json; role apparmor)"
-    if not state.get("enabled"):
+    if not state.enabled:
         return "AppArmor: off (kooi_apparmor_enabled=false)"
-    if not state.get("kernel"):
+    if not state.kernel:
         return "AppArmor: not applied, the kernel has no AppArmor (profiles installed and syntax-checked only)"
     return None
 
 
-def for_container(engine_mode: str, state: dict | None, profiles_path: Path = PROFILES_PATH) -> Confinement:
+def for_container(engine_mode: str, state: AppArmorState | None, profiles_path: Path = PROFILES_PATH) -> Confinement:
     if (why := _unconfined(state)) is not None:
         return Confinement(None, why)
     if engine_mode == "rootless":
         return Confinement(None, "AppArmor: not applied, rootless Docker cannot confine containers with "
                                  "AppArmor (the user namespace, seccomp and dropped capabilities remain)")
-    name = state["runner_profile"]
+    assert state is not None
+    name = state.runner_profile
+    if not name:
+        raise AppArmorError("AppArmor: the state names no runner profile; re-run site.yml (role apparmor)")
     caveat = _enforced(name, profiles_path)
     return Confinement(name, f"AppArmor: {name} (enforce){caveat}")
 
 
-def for_jail(state: dict | None, profiles_path: Path = PROFILES_PATH) -> tuple[Confinement, list[str]]:
+def for_jail(state: AppArmorState | None, profiles_path: Path = PROFILES_PATH) -> tuple[Confinement, list[str]]:
     """The confinement and the argv prefix that applies it (aa-exec)."""
     if (why := _unconfined(state)) is not None:
         return Confinement(None, why), []
-    name = state["jail_profile"]
+    assert state is not None
+    name = state.jail_profile
+    if not name:
+        raise AppArmorError("AppArmor: the state names no jail profile; re-run site.yml (role apparmor)")
     caveat = _enforced(name, profiles_path)
     exe = shutil.which("aa-exec")
     if not exe:
@@ -123,8 +121,8 @@ def for_jail(state: dict | None, profiles_path: Path = PROFILES_PATH) -> tuple[C
     return Confinement(name, f"AppArmor: {name} (enforce){caveat}"), [exe, "-p", name, "--"]
 
 
-def allowed_profiles(state: dict | None) -> tuple[str, ...]:
+def allowed_profiles(state: AppArmorState | None) -> tuple[str, ...]:
     """Profiles a container create may name (the policy refuses any other apparmor=)."""
-    if state and state.get("enabled") and state.get("runner_profile"):
-        return (state["runner_profile"],)
+    if state and state.enabled and state.runner_profile:
+        return (state.runner_profile,)
     return ()

@@ -20,9 +20,12 @@ import os
 import socketserver
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
+from .hoststate.engine import Authz
 from .policy import Policy, decide
 
 PLUGIN_NAME = "kooi-authz"
@@ -34,7 +37,7 @@ MAX_MESSAGE = 8 << 20  # the daemon's message wraps a body of at most 1 MiB, bas
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, path: str, policy: Policy, log, token: str | None = None):
+    def __init__(self, path: str, policy: Policy, log: Callable[[str], None], token: str | None = None):
         self.policy = policy
         self.token = token
         self.log = log
@@ -47,13 +50,13 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, fmt, *args):  # quiet; decisions are logged explicitly
+    def log_message(self, fmt: str, *args: Any) -> None:  # quiet; decisions are logged explicitly
         pass
 
     def address_string(self) -> str:  # unix sockets have no peer address
         return "unix"
 
-    def _reply(self, doc: dict, status: int = 200) -> None:
+    def _reply(self, doc: dict[str, Any], status: int = 200) -> None:
         data = json.dumps(doc).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/vnd.docker.plugins.v1+json")
@@ -61,7 +64,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_MESSAGE:
             self._reply({"Allow": False, "Msg": "kooi-authz: message too large, refused"})
@@ -140,24 +143,24 @@ def health(socket_path: Path, timeout: float = 3.0) -> tuple[bool, str]:
     return True, ""
 
 
-def down_message(cfg_authz: dict, why: str) -> str:
-    unit = cfg_authz.get("unit") or "kooi-authz.service"
-    return (f"the authorization plugin {cfg_authz.get('plugin', PLUGIN_NAME)} is down ({why}): dockerd refuses "
+def down_message(cfg_authz: Authz, why: str) -> str:
+    unit = cfg_authz.unit or "kooi-authz.service"
+    return (f"the authorization plugin {cfg_authz.plugin or PLUGIN_NAME} is down ({why}): dockerd refuses "
             f"every API call, each after a ~30 s wait, until it is back; start it with `systemctl start {unit}` "
             f"(why it stopped: `journalctl -u {unit}`); dockerd picks it up without a restart")
 
 
-def plugin_down(cfg_authz: dict) -> str | None:
+def plugin_down(cfg_authz: Authz | None) -> str | None:
     """Why the plugin an engine is configured with (engine.json's `authz`) is down, as
     an operator message; None when it answers or none is configured. Asked before any
     engine call: while the plugin is down dockerd stalls every call ~30 s."""
     if not cfg_authz:
         return None
-    ok, why = health(Path(cfg_authz.get("socket") or SOCKET_DIR / f"{PLUGIN_NAME}.sock"))
+    ok, why = health(Path(cfg_authz.socket or SOCKET_DIR / f"{PLUGIN_NAME}.sock"))
     return None if ok else down_message(cfg_authz, why)
 
 
-def serve(socket_path: Path, policy: Policy, log=lambda s: print(s, file=sys.stderr, flush=True),
+def serve(socket_path: Path, policy: Policy, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
           ready: threading.Event | None = None, token: str | None = None, group: str | None = None) -> None:
     """Serve the plugin on SOCKET_PATH (root-owned, 0600; 0660 for GROUP, the engine
     socket's group, whose members reach dockerd anyway and may check the plugin's

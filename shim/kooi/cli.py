@@ -8,8 +8,12 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from . import __version__, hostconfig
+from . import __version__
+from .hoststate import HostStateError
+from .hoststate import egress as egress_state
+from .hoststate import engine as engine_state
 
 # Exit codes shared by every subcommand (documented in docs/cli.md).
 EXIT_OK = 0
@@ -22,8 +26,8 @@ def _engine(args: argparse.Namespace) -> int:
     from . import engine
 
     try:
-        cfg = hostconfig.load(args.config)
-    except hostconfig.ConfigError as exc:
+        cfg = engine_state.load(args.config)
+    except HostStateError as exc:
         print(f"kooi engine: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -58,7 +62,7 @@ def _gc(args: argparse.Namespace) -> int:
 
     try:
         removed = run.gc(engine_config=Path(args.config), dry_run=args.dry_run, keep_days=args.keep_days)
-    except hostconfig.ConfigError as exc:
+    except HostStateError as exc:
         print(f"kooi gc: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - engine unreachable and the like
@@ -109,7 +113,7 @@ def _image(args: argparse.Namespace) -> int:
         if args.action == "build":
             from . import engine
 
-            cfg = hostconfig.load(args.config)
+            cfg = engine_state.load(args.config)
             lock = image.load_lock(args.lock)
             ok, why = engine.ping(cfg)
             if not ok:
@@ -119,7 +123,7 @@ def _image(args: argparse.Namespace) -> int:
             from . import egress
 
             client = engine.client(cfg, timeout=3600, operator=True)
-            eg = egress.load()
+            eg = egress_state.load_for(cfg)
             buildargs = egress.build_args(eg, cfg.mode, client) if eg and not args.check else None
             res = image.build(client, Path(args.context), lock, name=args.name, check=args.check,
                               archive_dir=Path(args.archive_dir) if args.archive_dir else None,
@@ -139,28 +143,28 @@ def _image(args: argparse.Namespace) -> int:
                 print(f"kooi image save: {exc}", file=sys.stderr)
                 return EXIT_USAGE
             with dest:
-                cfg = hostconfig.load(args.config)
-                pin = image.read_pins().get(args.name) or {}
-                if not pin.get("id"):
+                cfg = engine_state.load(args.config)
+                pin = image.read_pins().get(args.name)
+                if pin is None:
                     print(f"kooi image save: no pin {args.name!r} in {image.PINS_PATH}", file=sys.stderr)
                     return EXIT_FAIL
                 tag = image.save(engine.client(cfg, timeout=3600, operator=True), pin, dest.stream())
                 dest.commit()
-            print(f"kooi image save: {tag} ({pin['id']}) -> {args.out}")
+            print(f"kooi image save: {tag} ({pin.id}) -> {args.out}")
         elif args.action == "verify":
             from . import engine
 
-            cfg = hostconfig.load(args.config)
+            cfg = engine_state.load(args.config)
             lock = image.load_lock(args.lock)
             client = engine.client(cfg, timeout=600, operator=True)
-            pin = image.read_pins().get(args.name) or {}
-            if not pin.get("id"):
+            pin = image.read_pins().get(args.name)
+            if pin is None:
                 print(f"kooi image verify: no pin {args.name!r} in {image.PINS_PATH}", file=sys.stderr)
                 return EXIT_FAIL
-            problems = image.verify_image(client, pin["id"], lock)
+            problems = image.verify_image(client, pin.id, lock)
             for p in problems:
                 print(f"FAIL {p}")
-            print(f"kooi image verify: {pin['id']}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+            print(f"kooi image verify: {pin.id}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
             return EXIT_FAIL if problems else EXIT_OK
         elif args.action == "lock":
             from .outputs import Output, OutputError
@@ -176,7 +180,8 @@ def _image(args: argparse.Namespace) -> int:
                 import docker
 
                 client = docker.from_env()
-                img = client.images.get(args.pin_base)
+                # Any: types-docker declares an image's id `str | None`; the engine always sets it.
+                img: Any = client.images.get(args.pin_base)
                 image.pin_base(lock_path, img.id, out)
                 print(f"pinned base {args.pin_base} = {img.id} in {out or lock_path}")
             elif args.refresh_packages:
@@ -192,7 +197,7 @@ def _image(args: argparse.Namespace) -> int:
                 print("kooi image lock: nothing to do (give --pin-base IMAGE or --refresh-packages)",
                       file=sys.stderr)
                 return EXIT_USAGE
-    except (image.ImageError, hostconfig.ConfigError) as exc:
+    except (image.ImageError, HostStateError) as exc:
         print(f"kooi image {args.action}: {exc}", file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
@@ -241,10 +246,11 @@ def _verify(args: argparse.Namespace) -> int:
 def _apparmor_profiles() -> tuple[str, ...]:
     """kooi's own AppArmor profiles, which the policy lets container creates name."""
     from . import apparmor
+    from .hoststate import apparmor as apparmor_state
 
     try:
-        return apparmor.allowed_profiles(apparmor.load_state())
-    except apparmor.AppArmorError as exc:
+        return apparmor.allowed_profiles(apparmor_state.load())
+    except HostStateError as exc:
         print(f"kooi: {exc}; no AppArmor profile may be named", file=sys.stderr)
         return ()
 
@@ -293,8 +299,8 @@ def _broker(args: argparse.Namespace) -> int:
     upstream = args.upstream
     if not upstream:
         try:
-            upstream = hostconfig.load(Path(args.config)).socket
-        except hostconfig.ConfigError as exc:
+            upstream = engine_state.load(Path(args.config)).socket
+        except HostStateError as exc:
             print(f"kooi broker: {exc}; or pass --upstream", file=sys.stderr)
             return EXIT_USAGE
     labels = {"org.kooi.managed": "1", "org.kooi.run": args.run_id, "org.kooi.nested": "1"}
@@ -324,8 +330,8 @@ def _egress(args: argparse.Namespace) -> int:
     from . import egress
 
     try:
-        cfg = egress.load(args.egress_config)
-    except egress.EgressError as exc:
+        cfg = egress_state.load(args.egress_config)
+    except HostStateError as exc:
         print(f"kooi egress: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if cfg is None:
@@ -347,12 +353,12 @@ def _egress(args: argparse.Namespace) -> int:
         if args.action == "proxy-url":
             from . import engine
 
-            ecfg = hostconfig.load(args.config)
+            ecfg = engine_state.load(args.config)
             host = egress.container_proxy_host(ecfg.mode, engine.client(ecfg, timeout=30))
             print(f"http://{host}:{cfg.port}")
             return EXIT_OK
         if args.action == "start":
-            out: dict = egress.start(cfg)
+            out: dict[str, Any] = egress.start(cfg)
         elif args.action == "stop":
             out = {"stopped": egress.stop(cfg)}
         elif args.action == "reload":
@@ -360,7 +366,7 @@ def _egress(args: argparse.Namespace) -> int:
             out = {"reloaded": True}
         else:
             out = egress.status(cfg)
-    except (egress.EgressError, hostconfig.ConfigError) as exc:
+    except (egress.EgressError, HostStateError) as exc:
         print(f"kooi egress {args.action}: {exc}", file=sys.stderr)
         return EXIT_FAIL
     if args.action == "status":
@@ -386,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("engine", help="start, stop or show the runner's container engine")
     e.add_argument("action", choices=("start", "stop", "status"))
-    e.add_argument("--config", default=str(hostconfig.DEFAULT_PATH),
+    e.add_argument("--config", default=str(engine_state.PATH),
                    help="host description written by site.yml (default: %(default)s)")
     e.add_argument("--json", action="store_true", help="print the status as JSON")
     e.add_argument("--timeout", type=float, default=90.0,
@@ -396,9 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     eg = sub.add_parser("egress", help="the egress proxy and rules: start, stop, reload, status, log")
     eg.add_argument("action", choices=("start", "stop", "reload", "status", "log", "proxy-url"),
                     help="proxy-url: the proxy as a container on the engine's default bridge reaches it")
-    eg.add_argument("--config", default=str(hostconfig.DEFAULT_PATH),
+    eg.add_argument("--config", default=str(engine_state.PATH),
                     help="host description written by site.yml (proxy-url; default: %(default)s)")
-    eg.add_argument("--egress-config", default="/etc/kooi/egress.json",
+    eg.add_argument("--egress-config", default=str(egress_state.PATH),
                     help="egress description written by site.yml (default: %(default)s)")
     eg.add_argument("--json", action="store_true", help="JSON output (log: one object per line)")
     eg.add_argument("--denied", action="store_true", help="log: only refused requests")
@@ -415,13 +421,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                    help="wait this long for a running run of the same workflow on the project (default: fail at once)")
     r.add_argument("--quiet", action="store_true", help="do not echo the workload's output (the log file has it)")
-    r.add_argument("--config", default=str(hostconfig.DEFAULT_PATH), help=argparse.SUPPRESS)
+    r.add_argument("--config", default=str(engine_state.PATH), help=argparse.SUPPRESS)
     r.set_defaults(func=_run)
 
     g = sub.add_parser("gc", help="remove containers, logs and results that runs left behind")
     g.add_argument("--dry-run", action="store_true")
     g.add_argument("--keep-days", type=float, default=14.0, help="keep logs and results this long")
-    g.add_argument("--config", default=str(hostconfig.DEFAULT_PATH), help=argparse.SUPPRESS)
+    g.add_argument("--config", default=str(engine_state.PATH), help=argparse.SUPPRESS)
     g.set_defaults(func=_gc)
 
     w = sub.add_parser("workflow", help="validate workflow files")
@@ -447,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="build: load this `kooi image save` archive instead of building, when the engine has "
                         "no image of these inputs (it must be built from the same inputs; verified as a build)")
     i.add_argument("--out", help="lock: write the updated lock here instead of in place; save: the archive")
-    i.add_argument("--config", default=str(hostconfig.DEFAULT_PATH), help=argparse.SUPPRESS)
+    i.add_argument("--config", default=str(engine_state.PATH), help=argparse.SUPPRESS)
     i.set_defaults(func=_image)
 
     v = sub.add_parser("verify", help="run kooi's check catalogue against a host and report",
@@ -492,14 +498,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--mode", default="660", help="socket permissions, octal (default: %(default)s)")
     b.add_argument("--cleanup", action="store_true",
                    help="on exit, remove everything labelled with the run id and print a JSON summary")
-    b.add_argument("--config", default=str(hostconfig.DEFAULT_PATH), help=argparse.SUPPRESS)
+    b.add_argument("--config", default=str(engine_state.PATH), help=argparse.SUPPRESS)
     b.set_defaults(func=_broker)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    rc: int = args.func(args)
+    return rc
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ reads the proxy's access log.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import socket
@@ -19,14 +18,17 @@ import socketserver
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Any
 
+from .hoststate.egress import EgressConfig
 from .jailfwd import relay
 
-DEFAULT_PATH = Path(os.environ.get("KOOI_EGRESS_CONFIG", "/etc/kooi/egress.json"))
+if TYPE_CHECKING:
+    import docker
+
 SQUID = "/usr/sbin/squid"
 NFT = "/usr/sbin/nft"
 # The rules reject with "administratively prohibited": connect() from a confined uid to
@@ -39,36 +41,6 @@ ROOTLESS_HOST_LOOPBACK = "10.0.2.2"
 
 class EgressError(Exception):
     """Egress is configured but not in force; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class EgressConfig:
-    port: int
-    listen: str = "127.0.0.1"
-    table: str = "kooi_egress"
-    rules_file: str = "/etc/kooi/egress/egress.nft"
-    squid_config: str = "/etc/kooi/egress/squid.conf"
-    allowlist: str = "/etc/kooi/egress/allow.txt"
-    access_log: str = "/var/log/kooi/egress/access.log"
-    pid_file: str = "/run/kooi-egress/squid.pid"
-    systemd_unit: str = ""
-    enabled: bool = True
-
-
-def load(path: Path | str = DEFAULT_PATH) -> EgressConfig | None:
-    """The host's egress description, or None where egress is not configured."""
-    path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise EgressError(f"{path}: cannot read the egress description: {exc}; re-run site.yml") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("port"), int):
-        raise EgressError(f"{path}: malformed egress description; re-run site.yml")
-    known = set(EgressConfig.__dataclass_fields__)
-    cfg = EgressConfig(**{k: v for k, v in raw.items() if k in known})
-    return cfg if cfg.enabled else None
 
 
 # --- state -------------------------------------------------------------------------
@@ -125,9 +97,9 @@ def _need_root(what: str) -> None:
         raise EgressError(f"kooi egress {what} needs root (the rules and the proxy are the host's)")
 
 
-def status(cfg: EgressConfig) -> dict:
+def status(cfg: EgressConfig) -> dict[str, Any]:
     up, why = proxy_up(cfg)
-    out = {"proxy": {"up": up, "detail": why, "port": cfg.port, "listen": cfg.listen,
+    out: dict[str, dict[str, Any]] = {"proxy": {"up": up, "detail": why, "port": cfg.port, "listen": cfg.listen,
                      "pid": _squid_pid(cfg), "systemd_unit": cfg.systemd_unit},
            "rules": {"table": f"inet {cfg.table}", "file": cfg.rules_file}}
     if os.geteuid() == 0:
@@ -135,7 +107,7 @@ def status(cfg: EgressConfig) -> dict:
     return out
 
 
-def start(cfg: EgressConfig, timeout: float = 30.0) -> dict:
+def start(cfg: EgressConfig, timeout: float = 30.0) -> dict[str, bool]:
     """Root: apply the rules if the table is missing and start the proxy if it is down
     (hosts without systemd; on systemd hosts the units do both)."""
     _need_root("start")
@@ -243,23 +215,24 @@ def maven_settings(host: str, port: int, no_proxy: list[str]) -> str:
 """
 
 
-def gateway(net) -> str | None:
-    """The gateway address of a Docker network (a docker SDK Network, attrs loaded)."""
-    return next((c.get("Gateway") for c in (net.attrs.get("IPAM") or {}).get("Config") or [] if c.get("Gateway")),
+def gateway(net: dict[str, Any]) -> str | None:
+    """The gateway address of a Docker network (its inspection: the SDK's attrs or the
+    Engine API's answer)."""
+    return next((c.get("Gateway") for c in (net.get("IPAM") or {}).get("Config") or [] if c.get("Gateway")),
                 None)
 
 
-def container_proxy_host(mode: str, client) -> str:
+def container_proxy_host(mode: str, client: docker.DockerClient) -> str:
     """Where a container on the engine's default bridge reaches the proxy."""
     if mode == "rootless":
         return ROOTLESS_HOST_LOOPBACK
-    gw = gateway(client.networks.get("bridge"))
+    gw = gateway(client.networks.get("bridge").attrs)
     if not gw:
         raise EgressError("the engine's default bridge has no gateway address")
     return gw
 
 
-def build_args(cfg: EgressConfig, mode: str, client) -> dict[str, str]:
+def build_args(cfg: EgressConfig, mode: str, client: docker.DockerClient) -> dict[str, str]:
     """Docker's predefined proxy build arguments (apt, curl, pip and npm read them; not
     kept in the image's history): image builds fetch through the proxy too."""
     url = f"http://{container_proxy_host(mode, client)}:{cfg.port}"
@@ -317,7 +290,7 @@ class JailBridge:
 # --- the access log -----------------------------------------------------------------
 
 
-def parse_line(line: str) -> dict | None:
+def parse_line(line: str) -> dict[str, Any] | None:
     """One line of the 'kooi' logformat: time client status/code method url server bytes ms."""
     f = line.split()
     if len(f) < 8 or "/" not in f[2]:
@@ -325,7 +298,7 @@ def parse_line(line: str) -> dict | None:
     try:
         ts = float(f[0])
         result, code = f[2].split("/", 1)
-        entry = {"time": datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds"),
+        entry: dict[str, Any] = {"time": datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds"),
                  "client": f[1], "result": result, "status": int(code), "method": f[3], "url": f[4],
                  "server": None if f[5] == "-" else f[5], "bytes": int(f[6]), "ms": int(f[7])}
     except ValueError:
@@ -339,7 +312,7 @@ def parse_line(line: str) -> dict | None:
 
 
 def read_log(cfg: EgressConfig, denied_only: bool = False, follow: bool = False,
-             poll: float = 0.5) -> Iterator[dict]:
+             poll: float = 0.5) -> Iterator[dict[str, Any]]:
     path = Path(cfg.access_log)
     try:
         fh = open(path, errors="replace")
@@ -362,6 +335,6 @@ def read_log(cfg: EgressConfig, denied_only: bool = False, follow: bool = False,
                 yield entry
 
 
-def format_entry(e: dict) -> str:
+def format_entry(e: dict[str, Any]) -> str:
     verdict = "DENIED" if e["denied"] else "allowed"
     return f"{e['time']}  {verdict:<7} {e['status']} {e['method']:<7} {e['url']}  ({e['client']}, {e['result']})"

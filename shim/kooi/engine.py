@@ -16,20 +16,18 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 import requests.exceptions
 
-from .hostconfig import EngineConfig
+from .engineapi import EngineError as EngineError  # re-exported: the engine commands raise it
+from .hoststate.engine import EngineConfig
 
 STATE_DIR = Path(os.environ.get("KOOI_STATE_DIR", "/run/kooi"))
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
-
-
-class EngineError(Exception):
-    """The engine could not be started, stopped or reached; the message says why."""
 
 
 @dataclass
@@ -43,7 +41,7 @@ class Status:
     storage_driver: str | None = None
     detail: str = ""
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
@@ -68,7 +66,7 @@ def operator_headers(cfg: EngineConfig) -> dict[str, str]:
     authorization plugin honours; nobody else can read it."""
     from . import authz
 
-    token_file = (cfg.authz or {}).get("token_file")
+    token_file = cfg.authz.token_file if cfg.authz else None
     if not token_file or os.geteuid() != 0:
         return {}
     try:
@@ -78,8 +76,11 @@ def operator_headers(cfg: EngineConfig) -> dict[str, str]:
     return {authz.TOKEN_HEADER: token} if token else {}
 
 
-def client(cfg: EngineConfig, timeout: int = 10, operator: bool = False) -> docker.DockerClient:
-    c = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=timeout, version="auto")
+def client(cfg: EngineConfig, timeout: int = 10, operator: bool = False,
+           version: str | None = "auto") -> docker.DockerClient:
+    """A client of the runner's engine. VERSION None: the SDK's API version, without the
+    extra round trip that negotiates one ("auto")."""
+    c = docker.DockerClient(base_url=f"unix://{cfg.socket}", timeout=timeout, version=version)
     if operator:
         c.api.headers.update(operator_headers(cfg))
     return c
@@ -114,7 +115,7 @@ def _read_pid(cfg: EngineConfig) -> int | None:
     return pid if _alive(pid) else None
 
 
-def _systemctl(cfg: EngineConfig, verb: str) -> subprocess.CompletedProcess:
+def _systemctl(cfg: EngineConfig, verb: str) -> subprocess.CompletedProcess[str]:
     if cfg.mode == "rootless":
         if os.geteuid() == cfg.runner_uid:
             cmd = ["systemctl", "--user", verb, cfg.systemd_unit]
@@ -231,7 +232,7 @@ def _start_direct(cfg: EngineConfig) -> None:
     log_path = Path(cfg.log_file or STATE_DIR / f"engine-{cfg.runner_user}.log")
     log_path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     log = open(log_path, "ab", buffering=0)  # opened by us: the daemon cannot rewrite it
-    kwargs: dict = {}
+    kwargs: dict[str, Any] = {}
     if as_runner and me == 0:
         pw = pwd.getpwnam(cfg.runner_user)
         kwargs.update(user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])

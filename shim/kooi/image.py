@@ -13,22 +13,33 @@ a build context on the host and calls `kooi image build`. This module:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import json
 import os
 import re
 import tarfile
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 
-PINS_PATH = Path(os.environ.get("KOOI_IMAGES_CONFIG", "/etc/kooi/images.json"))
-LABEL_INPUTS = "org.kooi.inputs"
-LABEL_IMAGE = "org.kooi.image"
+from . import labels
+from .hoststate import HostStateError
+from .hoststate import images as images_state
+from .hoststate.images import Pin
+
+if TYPE_CHECKING:
+    import docker
+
+# A docker.DockerClient where its images' ids are used as strings: types-docker declares
+# Model.id `str | None`, but the engine always gives an image an id (and save(named=None) is fine).
+_ImageClient = Any
+
+PINS_PATH = images_state.PATH
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 CAP_XATTR = "SCHILY.xattr.security.capability"
 
@@ -113,7 +124,8 @@ def scan_filesystem(stream: IO[bytes] | _ChunkReader, declared_caps: tuple[str, 
     """
     declared_paths = {c.split(" ", 1)[0] for c in declared_caps}
     offenders = []
-    with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[arg-type]
+    # The stream mode ("r|") only reads: _ChunkReader has read() but not the write/seek/tell/close tarfile's stubs want.
+    with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
         for m in tar:
             path = "/" + m.name.lstrip("./")
             if not m.issym() and m.mode & 0o6000:
@@ -124,10 +136,10 @@ def scan_filesystem(stream: IO[bytes] | _ChunkReader, declared_caps: tuple[str, 
     return offenders
 
 
-def scan_image(client, image_id: str, declared_caps: tuple[str, ...] = ()) -> list[str]:
+def scan_image(client: docker.DockerClient, image_id: str, declared_caps: tuple[str, ...] = ()) -> list[str]:
     """Export the image's filesystem (a created, never started container) and scan it."""
     c = client.api.create_container(image_id, command=["/nonexistent"], network_disabled=True,
-                                    labels={"org.kooi.scan": "1"})
+                                    labels={labels.SCAN: "1"})
     try:
         raw = client.api.export(c["Id"])
         return scan_filesystem(_ChunkReader(iter(raw)), declared_caps)
@@ -135,12 +147,12 @@ def scan_image(client, image_id: str, declared_caps: tuple[str, ...] = ()) -> li
         client.api.remove_container(c["Id"], force=True)
 
 
-def default_user_is_root(attrs: dict) -> bool:
+def default_user_is_root(attrs: dict[str, Any]) -> bool:
     user = (attrs.get("Config") or {}).get("User") or ""
     return user.split(":", 1)[0] in ("", "0", "root")
 
 
-def verify_image(client, image_id: str, lock: Lock) -> list[str]:
+def verify_image(client: docker.DockerClient, image_id: str, lock: Lock) -> list[str]:
     """Everything kooi demands of a runner image; an empty list means it passes."""
     problems = []
     img = client.images.get(image_id)
@@ -155,7 +167,7 @@ def verify_image(client, image_id: str, lock: Lock) -> list[str]:
     return problems
 
 
-def ensure_base(client, lock: Lock, archive_dir: Path | None, log: Callable[[str], None]) -> bool:
+def ensure_base(client: _ImageClient, lock: Lock, archive_dir: Path | None, log: Callable[[str], None]) -> bool:
     """Make the engine hold the pinned base under lock.base_ref; True if it changed anything."""
     import docker.errors
 
@@ -179,7 +191,7 @@ def ensure_base(client, lock: Lock, archive_dir: Path | None, log: Callable[[str
             raise ImageError(
                 f"refusing base archive {archive}: it holds {', '.join(ids) or 'no image'}, but the lock "
                 f"{lock.path} pins {lock.base_digest}. If this base is the one you mean, pin it: "
-                f"kooi image lock --pin-base {lock.base_ref} {lock.path}")
+                f"kooi image lock --pin-base {lock.base_ref} {lock.path}") from None
         changed = True
     base = client.images.get(lock.base_digest)
     repo, _, tag = lock.base_ref.rpartition(":")
@@ -191,29 +203,23 @@ def ensure_base(client, lock: Lock, archive_dir: Path | None, log: Callable[[str
     return changed
 
 
-def read_pins(path: Path = PINS_PATH) -> dict:
+def read_pins(path: Path = PINS_PATH) -> dict[str, Pin]:
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ImageError(f"{path}: cannot read image pins: {exc}") from None
-    if not isinstance(data, dict):
-        raise ImageError(f"{path}: expected a JSON object of image pins")
-    return data
+        return images_state.load(path)
+    except HostStateError as exc:
+        raise ImageError(str(exc)) from None
 
 
-def write_pins(pins: dict, path: Path = PINS_PATH) -> None:
+def write_pins(pins: dict[str, Pin], path: Path = PINS_PATH) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".images.")
     with os.fdopen(fd, "w") as f:
-        json.dump(pins, f, indent=2, sort_keys=True)
-        f.write("\n")
+        f.write(images_state.dump(pins))
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 
-def load_prebuilt(client, archive: Path, inputs: str, log: Callable[[str], None]):
+def load_prebuilt(client: _ImageClient, archive: Path, inputs: str, log: Callable[[str], None]) -> Any:
     """Load a runner image built elsewhere (`kooi image save`) and return the one built from
     INPUTS; an archive without it is refused and what it brought is removed again."""
     import docker.errors
@@ -225,7 +231,7 @@ def load_prebuilt(client, archive: Path, inputs: str, log: Callable[[str], None]
     log(f"loading prebuilt image from {archive}")
     with archive.open("rb") as f:
         loaded = client.images.load(f)  # streamed, not read into memory
-    match = [i for i in loaded if (i.labels or {}).get(LABEL_INPUTS) == inputs]
+    match = [i for i in loaded if (i.labels or {}).get(labels.INPUTS) == inputs]
     if match:
         return match[0]
     for i in loaded:
@@ -234,27 +240,27 @@ def load_prebuilt(client, archive: Path, inputs: str, log: Callable[[str], None]
                 client.images.remove(i.id)
             except docker.errors.APIError:
                 pass
-    found = ", ".join(f"{i.id[:19]} (inputs {(i.labels or {}).get(LABEL_INPUTS, 'none')[:12]})" for i in loaded)
+    found = ", ".join(f"{i.id[:19]} (inputs {(i.labels or {}).get(labels.INPUTS, 'none')[:12]})" for i in loaded)
     raise ImageError(
         f"refusing the prebuilt archive {archive}: it holds {found or 'no image'}, none built from this "
         f"host's inputs {inputs[:12]} (lock, rendered Containerfile, CA files, Maven seeds). Build it from "
         "the same lock and variables, or leave kooi_runner_image_prebuilt empty to build here")
 
 
-def save(client, pin: dict, out) -> str:
+def save(client: _ImageClient, pin: Pin, out: IO[bytes]) -> str:
     """Write the pinned image (with its tag) as a `docker save` archive to OUT, a binary
     file; returns the tag. What `load_prebuilt` reads on another host."""
-    img = client.images.get(pin["id"])
-    tag = pin.get("tag") or img.id
+    img = client.images.get(pin.id)
+    tag = pin.tag or img.id
     for chunk in img.save(named=tag if tag in img.tags else None):
         out.write(chunk)
     return tag
 
 
-def build(client, context: Path, lock: Lock, name: str = "runner", repo: str = "kooi-runner",
+def build(client: _ImageClient, context: Path, lock: Lock, name: str = "runner", repo: str = "kooi-runner",
           check: bool = False, pins_path: Path = PINS_PATH, archive_dir: Path | None = None,
           log: Callable[[str], None] = lambda s: None, buildargs: dict[str, str] | None = None,
-          prebuilt: Path | None = None) -> dict:
+          prebuilt: Path | None = None) -> dict[str, Any]:
     """Build (if an input changed), verify and pin. Returns a result for Ansible.
     BUILDARGS: the egress proxy (Docker's predefined proxy arguments), if any.
     PREBUILT: a `kooi image save` archive to load instead of building, when no image of
@@ -262,16 +268,17 @@ def build(client, context: Path, lock: Lock, name: str = "runner", repo: str = "
     verified like a fresh build."""
     h = inputs_hash(context, lock.base_digest)
     tag = f"{repo}:{h[:12]}"
-    existing = client.images.list(filters={"label": f"{LABEL_INPUTS}={h}"})
+    existing = client.images.list(filters={"label": f"{labels.INPUTS}={h}"})
     pins = read_pins(pins_path)
     want_pin = None
     if existing:
         img = existing[0]
-        want_pin = {"id": img.id, "tag": tag, "inputs": h, "base": lock.base_digest}
-    result = {"changed": False, "name": name, "tag": tag, "inputs": h, "built": False, "loaded": False}
+        want_pin = Pin(id=img.id, tag=tag, inputs=h, base=lock.base_digest)
+    result: dict[str, Any] = {"changed": False, "name": name, "tag": tag, "inputs": h, "built": False, "loaded": False}
     if check:
-        current = pins.get(name) or {}
-        result["changed"] = not existing or any(current.get(k) != v for k, v in (want_pin or {}).items())
+        current = pins.get(name)
+        result["changed"] = not existing or current is None or want_pin is None or \
+            dataclasses.replace(current, built_at="") != want_pin
         result["id"] = existing[0].id if existing else None
         return result
     if ensure_base(client, lock, archive_dir, log):
@@ -285,13 +292,13 @@ def build(client, context: Path, lock: Lock, name: str = "runner", repo: str = "
         if tag not in img.tags:
             img.tag(repo, h[:12])
         result.update(changed=True, loaded=True)
-        want_pin = {"id": img.id, "tag": tag, "inputs": h, "base": lock.base_digest}
+        want_pin = Pin(id=img.id, tag=tag, inputs=h, base=lock.base_digest)
     elif not existing:
         log(f"building {tag} from {context}")
         image_id = None
         for chunk in client.api.build(path=str(context), dockerfile="Containerfile", tag=tag, rm=True,
                                       forcerm=True, pull=False, decode=True, buildargs=buildargs or None,
-                                      labels={LABEL_INPUTS: h, LABEL_IMAGE: name}):
+                                      labels={labels.INPUTS: h, labels.IMAGE: name}):
             if "stream" in chunk:
                 for line in chunk["stream"].splitlines():
                     if line.strip():
@@ -306,33 +313,34 @@ def build(client, context: Path, lock: Lock, name: str = "runner", repo: str = "
             client.images.remove(img.id, force=True)
             raise ImageError("refusing the built image (removed it):\n  " + "\n  ".join(problems))
         result.update(changed=True, built=True)
-        want_pin = {"id": img.id, "tag": tag, "inputs": h, "base": lock.base_digest}
+        want_pin = Pin(id=img.id, tag=tag, inputs=h, base=lock.base_digest)
     else:
         img = existing[0]
         if tag not in img.tags:
             img.tag(repo, h[:12])
             result["changed"] = True
     assert want_pin is not None
-    prev = pins.get(name) or {}
+    prev = pins.get(name)
     if result["built"]:
-        want_pin["built_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    elif prev.get("id") == img.id and prev.get("built_at"):
-        want_pin["built_at"] = prev["built_at"]
+        built_at = datetime.now(UTC).isoformat(timespec="seconds")
+    elif prev is not None and prev.id == img.id and prev.built_at:
+        built_at = prev.built_at
     else:  # found or loaded: when it was built, wherever that was
-        want_pin["built_at"] = datetime.fromisoformat(img.attrs["Created"][:19]).replace(
-            tzinfo=timezone.utc).isoformat(timespec="seconds")
-    if pins.get(name) != want_pin:
-        old = (pins.get(name) or {}).get("id")
+        built_at = datetime.fromisoformat(img.attrs["Created"][:19]).replace(
+            tzinfo=UTC).isoformat(timespec="seconds")
+    want_pin = dataclasses.replace(want_pin, built_at=built_at)
+    if prev != want_pin:
+        old = prev.id if prev is not None else None
         pins[name] = want_pin
         write_pins(pins, pins_path)
         result["changed"] = True
-        if old and old != img.id and old not in {p.get("id") for p in pins.values()}:
+        if old and old != img.id and old not in {p.id for p in pins.values()}:
             _remove_superseded(client, old, log)
     result["id"] = img.id
     return result
 
 
-def _remove_superseded(client, image_id: str, log: Callable[[str], None]) -> None:
+def _remove_superseded(client: docker.DockerClient, image_id: str, log: Callable[[str], None]) -> None:
     """Drop the image a new pin replaced (kept if a container still uses it)."""
     import docker.errors
 
@@ -357,12 +365,12 @@ def pin_base(lock_path: Path, image_id: str, out: Path | None = None) -> str:
     return image_id
 
 
-def refresh_packages(lock_path: Path, versions: dict[str, str], out: Path | None = None) -> dict:
+def refresh_packages(lock_path: Path, versions: dict[str, str], out: Path | None = None) -> dict[str, tuple[str, str]]:
     """Replace pinned Debian package versions in the lock; returns {name: (old, new)}."""
     lock = load_lock(lock_path)
     pinned = (lock.raw.get("apt") or {}).get("packages") or {}
     text = lock_path.read_text()
-    changes = {}
+    changes: dict[str, tuple[str, str]] = {}
     for name, old in pinned.items():
         new = versions.get(name)
         if not new or str(old) == new:
@@ -374,7 +382,7 @@ def refresh_packages(lock_path: Path, versions: dict[str, str], out: Path | None
     return changes
 
 
-def candidate_versions(client, lock: Lock) -> dict[str, str]:
+def candidate_versions(client: docker.DockerClient, lock: Lock) -> dict[str, str]:
     """The versions apt would install now from the lock's sources, in the pinned base."""
     sources = (lock.raw.get("apt") or {}).get("sources") or []
     names = sorted(((lock.raw.get("apt") or {}).get("packages") or {}).keys())

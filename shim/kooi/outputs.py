@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 
 class OutputError(Exception):
@@ -43,12 +43,12 @@ class Output:
             except OSError:
                 raise OutputError(f"{option} {self.path}: cannot write there ({exc.strerror}); "
                                   f"name a file in a directory you can write") from None
-        self._f: IO = os.fdopen(fd, "wb" if binary else "w")
+        self._f: IO[Any] = os.fdopen(fd, "wb" if binary else "w")
 
-    def __enter__(self) -> "Output":
+    def __enter__(self) -> Output:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.abandon()  # a no-op once committed
 
     def keep_rights(self) -> None:
@@ -74,7 +74,7 @@ class Output:
         os.close(r)
         self._helper = (pid, w)
 
-    def stream(self) -> IO:
+    def stream(self) -> IO[Any]:
         """The staged file, to write the result to in parts; then commit()."""
         if self._tmp is None:
             self._f.truncate(0)

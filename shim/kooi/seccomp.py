@@ -62,7 +62,7 @@ def program(machine: str | None = None) -> bytes:
     if machine not in AUDIT_ARCH:
         raise ValueError(f"kooi's seccomp filter has no system call table for {machine}")
     col = 0 if machine == "x86_64" else 1
-    ins: list[tuple[int, object, object, int]] = [
+    ins: list[tuple[int, int | str, int | str, int]] = [  # (code, jt, jf, k): a jump is an offset or a label
         (_LD_ABS, 0, 0, 4),                                  # seccomp_data.arch
         (_JEQ, 0, "deny", AUDIT_ARCH[machine]),
         (_LD_ABS, 0, 0, 0),                                  # seccomp_data.nr

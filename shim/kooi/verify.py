@@ -8,34 +8,30 @@ workflow on a scratch project). Output: text, JSON (docs/verify.schema.json) or 
 
 from __future__ import annotations
 
-import json
 import socket
 import xml.etree.ElementTree as ET
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
 
 from .checks import CHECKS, Context, cis, run_all
-from .checks.core import FAIL, NA, PASS
+from .checks.core import FAIL, NA, PASS, Host
 
 
-def probe_image_for(host, requested: str | None) -> str:
+def probe_image_for(host: Host, ctx: Context, requested: str | None) -> str:
     """The image the ESC-* probes run: the one asked for, else the pinned runner image
     (run as container root), else the busybox probe the test suite builds."""
     if requested:
         return requested
-    pins = host.file("/etc/kooi/images.json")
-    if pins.exists:
-        runner = json.loads(pins.content_string).get("runner") or {}
-        if runner.get("id"):
-            return runner["id"]
-    return "kooi-probe:latest"
+    runner = (ctx.described(host, "images") or {}).get("runner")
+    return runner.id if runner is not None else "kooi-probe:latest"
 
 
-def run(spec: str = "local://", probe_image: str | None = None, ids: list[str] | None = None) -> dict:
+def run(spec: str = "local://", probe_image: str | None = None, ids: list[str] | None = None) -> dict[str, Any]:
     import testinfra
 
     host = testinfra.get_host(spec)
     ctx = Context.from_host(host)
-    ctx.probe_image = probe_image_for(host, probe_image)
+    ctx.probe_image = probe_image_for(host, ctx, probe_image)
     results = run_all(host, ctx, ids)
     summary = {s: sum(1 for r in results if r.status == s) for s in (PASS, FAIL, NA)}
     checks = [{**r.as_dict(), "cis": cis.items_for(r.id)} for r in results]
@@ -44,7 +40,7 @@ def run(spec: str = "local://", probe_image: str | None = None, ids: list[str] |
         "host": spec if spec != "local://" else f"local://{socket.gethostname()}",
         "engine_mode": ctx.mode,
         "probe_image": ctx.probe_image,
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "summary": summary,
         "ok": summary[FAIL] == 0,
         "checks": checks,
@@ -53,7 +49,7 @@ def run(spec: str = "local://", probe_image: str | None = None, ids: list[str] |
     }
 
 
-def render_text(report: dict) -> str:
+def render_text(report: dict[str, Any]) -> str:
     lines = [f"kooi verify {report['host']} ({report['engine_mode']}, probe {report['probe_image'][:19]})"]
     for c in report["checks"]:
         lines.append(f"{c['status'].upper():4} {c['id']:<24} {c['evidence']}")
@@ -62,7 +58,7 @@ def render_text(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_cis(report: dict) -> str:
+def render_cis(report: dict[str, Any]) -> str:
     """The report by benchmark item: which checks cover it, its status, and what it
     means on this engine (rootless notes)."""
     lines = [f"kooi verify {report['host']} ({report['engine_mode']}): {report['benchmark']}"]
@@ -77,7 +73,7 @@ def render_cis(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_junit(report: dict) -> str:
+def render_junit(report: dict[str, Any]) -> str:
     s = report["summary"]
     root = ET.Element("testsuites")
     suite = ET.SubElement(root, "testsuite", name="kooi.verify", tests=str(len(report["checks"])), failures=str(s["fail"]),

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -55,18 +56,19 @@ class Workflow:
 
 
 @lru_cache(maxsize=1)
-def schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text())
+def schema() -> dict[str, Any]:
+    sch: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
+    return sch
 
 
 @dataclass
 class SchemaError:
     """One violation, shaped like jsonschema's ValidationError (the fields kooi uses)."""
 
-    absolute_path: list
+    absolute_path: list[str | int]
     validator: str
     message: str
-    schema: dict
+    schema: dict[str, Any]
     instance: Any
 
 
@@ -81,7 +83,7 @@ def _is_type(value: Any, name: str) -> bool:
     return isinstance(value, _TYPES[name])
 
 
-def iter_errors(value: Any, sch: dict, path: list | None = None):
+def iter_errors(value: Any, sch: dict[str, Any], path: list[str | int] | None = None) -> Iterator[SchemaError]:
     """Validate VALUE against the JSON Schema subset kooi's schemas use (type, enum,
     pattern, minLength, minimum, maximum, exclusiveMinimum, minItems, items, required,
     properties, patternProperties, additionalProperties: false). The run path uses this,
@@ -138,12 +140,12 @@ def iter_errors(value: Any, sch: dict, path: list | None = None):
                               f"{'was' if len(extra) == 1 else 'were'} unexpected)", sch, value)
 
 
-def _key_path(err) -> str:
+def _key_path(err: SchemaError) -> str:
     parts = [str(p) for p in err.absolute_path]
     return ".".join(parts) if parts else "(top level)"
 
 
-def _describe(err) -> str:
+def _describe(err: SchemaError) -> str:
     if err.validator == "additionalProperties":
         allowed = sorted((err.schema.get("properties") or {}).keys())
         pats = list((err.schema.get("patternProperties") or {}).keys())

@@ -9,8 +9,8 @@ import json
 import os
 import shutil
 import socket
-import tempfile
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path

@@ -8,11 +8,15 @@ import json
 import pytest
 
 from kooi import apparmor, broker
+from kooi.engineapi import Engine
+from kooi.hoststate import HostStateError
+from kooi.hoststate import apparmor as apparmor_state
 from kooi.policy import Policy, decide
 
-STATE = {"enabled": True, "kernel": True, "abi": "3.0", "profile_dir": "/etc/apparmor.d",
-         "runner_profile": "kooi-runner", "jail_profile": "kooi-jail", "rootlesskit_profile": None,
-         "nested_runtimes": ["/usr/bin/podman"]}
+RAW = {"enabled": True, "kernel": True, "abi": "3.0", "profile_dir": "/etc/apparmor.d",
+       "runner_profile": "kooi-runner", "jail_profile": "kooi-jail", "rootlesskit_profile": None,
+       "nested_runtimes": ["/usr/bin/podman"]}
+STATE = apparmor_state.parse(json.dumps(RAW))
 
 
 @pytest.fixture
@@ -54,8 +58,8 @@ def test_rootless_engines_say_they_cannot_apply_a_profile(profiles):
 
 @pytest.mark.parametrize("state, says", [
     (None, "not provisioned"),
-    ({**STATE, "enabled": False}, "off"),
-    ({**STATE, "kernel": False}, "kernel has no AppArmor"),
+    (apparmor_state.parse(json.dumps({**RAW, "enabled": False})), "off"),
+    (apparmor_state.parse(json.dumps({**RAW, "kernel": False})), "kernel has no AppArmor"),
 ])
 def test_hosts_without_enforcement_run_unconfined_and_say_why(profiles, state, says):
     for conf in (apparmor.for_container("userns_remap", state, profiles([])),
@@ -73,9 +77,9 @@ def test_a_jail_starts_under_aa_exec(profiles, monkeypatch):
 def test_an_unreadable_record_is_an_error_not_an_unconfined_run(tmp_path):
     p = tmp_path / "apparmor.json"
     p.write_text("{not json")
-    with pytest.raises(apparmor.AppArmorError, match="re-run site.yml"):
-        apparmor.load_state(p)
-    assert apparmor.load_state(tmp_path / "missing.json") is None
+    with pytest.raises(HostStateError, match="re-run site.yml"):
+        apparmor_state.load(p)
+    assert apparmor_state.load(tmp_path / "missing.json") is None
 
 
 def _create(opts: list[str]) -> bytes:
@@ -97,7 +101,7 @@ def test_the_policy_lets_a_create_name_only_koois_own_profile(profiles_allowed, 
 
 def _rules(profile: str | None) -> broker.Rules:
     scope = broker.RunScope("r1", {"kooi.run": "r1"}, apparmor=profile)
-    return broker.Rules(scope, broker.Upstream("/nonexistent"))
+    return broker.Rules(scope, Engine("/nonexistent"))
 
 
 def test_the_broker_gives_the_runs_profile_to_every_container_it_creates():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kooi import authz
+from kooi.hoststate.engine import Authz
 from kooi.policy import Policy
 
 TOKEN = "t" * 48
@@ -59,7 +60,8 @@ def test_health_reports_a_live_plugin_and_a_missing_one(plugin, tmp_path):
     assert authz.health(plugin) == (True, "")
     ok, why = authz.health(tmp_path / "nope.sock")
     assert not ok and "not running" in why
-    msg = authz.down_message({"plugin": "kooi-authz", "unit": "kooi-authz.service"}, why)
+    msg = authz.down_message(Authz("kooi-authz", "/run/docker/plugins/kooi-authz.sock", "/etc/kooi/authz/token",
+                                   "kooi-authz.service"), why)
     assert "systemctl start kooi-authz.service" in msg and "refuses every API call" in msg
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from kooi import run
-from kooi.hostconfig import EngineConfig
+from kooi.hoststate.engine import EngineConfig
+from kooi.run import container, filters, jail
+from kooi.run import project as project_mod
 from kooi.workflow import Limits, Workflow
 
 CFG = EngineConfig(mode="rootless", runner_user="kooi-runner", runner_uid=1001, runner_gid=1001,
@@ -23,36 +25,39 @@ def wf(**kw) -> Workflow:
 
 def args(w: Workflow, enforce=None, img=IMG):
     res = run.Result(workflow="t", run_id="t-1", project="/p")
-    kw = run._container_args(w, CFG, img, Path("/p"), "t-1",
+    kw = container.container_args(w, CFG, img, Path("/p"), "t-1",
                              enforce or {"memory": True, "pids": True, "cpus": True}, res)
     return kw, res
 
 
 def test_container_is_confined():
     kw, _ = args(wf())
-    assert kw["cap_drop"] == ["ALL"] and "cap_add" not in kw
-    assert kw["security_opt"] == ["no-new-privileges:true"]
-    assert kw["read_only"] is True and kw["network_mode"] == "none"
-    assert kw["user"] == "1000:1000" and kw["init"] is True
-    assert "privileged" not in kw and "volumes" not in kw and "devices" not in kw
-    [mount] = kw["mounts"]
-    assert mount["Target"] == "/workspace" and mount["Source"] == "/p" and mount["Type"] == "bind"
-    assert set(kw["tmpfs"]) == {"/tmp", "/home/kooi"}
-    assert all("nosuid" in o and "nodev" in o for o in kw["tmpfs"].values())
-    assert kw["labels"]["org.kooi.managed"] == "1" and kw["labels"]["org.kooi.run"] == "t-1"
-    assert "DOCKER_HOST" not in kw["environment"]
+    hc = kw["HostConfig"]
+    assert hc["CapDrop"] == ["ALL"] and "CapAdd" not in hc
+    assert hc["SecurityOpt"] == ["no-new-privileges:true"]
+    assert hc["ReadonlyRootfs"] is True and hc["NetworkMode"] == "none"
+    assert kw["User"] == "1000:1000" and hc["Init"] is True and hc["IpcMode"] == "private"
+    assert "Privileged" not in hc and "Binds" not in hc and "Devices" not in hc and "Volumes" not in kw
+    [mount] = hc["Mounts"]
+    assert mount == {"Target": "/workspace", "Source": "/p", "Type": "bind", "ReadOnly": False}
+    assert set(hc["Tmpfs"]) == {"/tmp", "/home/kooi"}
+    assert all("nosuid" in o and "nodev" in o for o in hc["Tmpfs"].values())
+    assert kw["Labels"]["org.kooi.managed"] == "1" and kw["Labels"]["org.kooi.run"] == "t-1"
+    assert not any(e.startswith("DOCKER_HOST=") for e in kw["Env"])
+    assert "Image" not in kw  # the caller adds the pinned id
 
 
 def test_limits_are_passed_where_enforced():
     kw, res = args(wf(limits=Limits(memory="2g", cpus=1.5, pids=256)))
-    assert kw["mem_limit"] == 2 << 30 and kw["memswap_limit"] == 2 << 30
-    assert kw["nano_cpus"] == 1_500_000_000 and kw["pids_limit"] == 256
+    hc = kw["HostConfig"]
+    assert hc["Memory"] == 2 << 30 and hc["MemorySwap"] == 2 << 30
+    assert hc["NanoCpus"] == 1_500_000_000 and hc["PidsLimit"] == 256
     assert res.warnings == [] and res.limits["memory"] == {"requested": "2g", "enforced": True}
 
 
 def test_unenforceable_limits_are_reported_not_pretended():
     kw, res = args(wf(limits=Limits(memory="512m", pids=64)), {"memory": False, "pids": False, "cpus": False})
-    assert "mem_limit" not in kw and "pids_limit" not in kw
+    assert "Memory" not in kw["HostConfig"] and "PidsLimit" not in kw["HostConfig"]
     assert res.limits["pids"] == {"requested": 64, "enforced": False}
     assert len(res.warnings) == 2 and all("not enforced" in w for w in res.warnings)
 
@@ -66,25 +71,25 @@ def test_root_images_are_refused(user):
 
 def test_workdir_is_inside_the_workspace():
     kw, _ = args(wf(workdir="sub/dir"))
-    assert kw["working_dir"] == "/workspace/sub/dir"
+    assert kw["WorkingDir"] == "/workspace/sub/dir"
 
 
 def test_kooi_seccomp_filter_wraps_only_kooi_runner_images():
     kooi_img = {"Config": {**IMG["Config"], "Labels": {"org.kooi.image": "runner"}, "Entrypoint": ["/e"]}}
     kw, _ = args(wf(), img=kooi_img)
-    info = run._container_seccomp(kw, kooi_img)
+    info = filters.stack_on_container(kw, kooi_img)
     assert info["kooi"] is True and info["engine"] == "default"
-    ep = kw["entrypoint"]
-    assert ep[:3] == ["python3", "-I", "-c"] and ep[3] == run.SECCOMP_SOURCE and ep[4:] == ["--", "/e"]
-    assert kw["command"] == ["mvn", "verify"]
+    ep = kw["Entrypoint"]
+    assert ep[:3] == ["python3", "-I", "-c"] and ep[3] == filters.SOURCE and ep[4:] == ["--", "/e"]
+    assert kw["Cmd"] == ["mvn", "verify"]
     kw, _ = args(wf())
-    info = run._container_seccomp(kw, IMG)
-    assert info["kooi"] is False and "entrypoint" not in kw and "not one" in info["note"]
+    info = filters.stack_on_container(kw, IMG)
+    assert info["kooi"] is False and "Entrypoint" not in kw and "not one" in info["note"]
 
 
 def test_jail_binds_only_usr_etc_and_the_project(monkeypatch):
-    monkeypatch.setattr(run.shutil, "which", lambda _: "/usr/bin/bwrap")
-    argv = run.bwrap_argv(wf(environment={"A": "b"}), Path("/home/kooi-runner/p"), seccomp_fd=7)
+    monkeypatch.setattr(jail.shutil, "which", lambda _: "/usr/bin/bwrap")
+    argv = jail.bwrap_argv(wf(environment={"A": "b"}), Path("/home/kooi-runner/p"), seccomp_fd=7)
     assert argv[argv.index("--seccomp") + 1] == "7"
     binds = [(argv[i], argv[i + 1], argv[i + 2]) for i, a in enumerate(argv)
              if a in ("--bind", "--ro-bind", "--dev-bind")]
@@ -109,7 +114,7 @@ def test_subid_start_reads_the_users_range(tmp_path):
 
 
 def test_container_uids_map_like_the_engine(monkeypatch):
-    monkeypatch.setattr(run, "subid_start", lambda user, path="/etc/subuid": 300000)
+    monkeypatch.setattr(project_mod, "subid_start", lambda user, path="/etc/subuid": 300000)
     assert run.host_uid_of(CFG, 0) == 1001          # rootless: container root is the runner
     assert run.host_uid_of(CFG, 1000) == 300999     # ... and uid N the runner's sub-id N-1
     remap = EngineConfig(**{**CFG.__dict__, "mode": "userns_remap", "remap_user": "kooi-remap"})

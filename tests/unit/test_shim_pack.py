@@ -44,4 +44,4 @@ def test_a_changed_module_gets_another_mtime(tmp_path):
     with tarfile.open(tmp_path / "a.tar") as ta, tarfile.open(tmp_path / "b.tar") as tb:
         ma, mb = ta.getmember("kooi/cli.py"), tb.getmember("kooi/cli.py")
         assert ma.size == mb.size and ma.mtime != mb.mtime
-        assert ta.getmember("kooi/run.py").mtime == tb.getmember("kooi/run.py").mtime
+        assert ta.getmember("kooi/run/execute.py").mtime == tb.getmember("kooi/run/execute.py").mtime

@@ -1,0 +1,66 @@
+"""One interface for the ways kooi runs a workload, and the one loop that supervises it.
+
+A backend prepares everything the workload needs (refusing what it cannot confine),
+starts it, reports its exit when asked, kills it, and cleans up after it whatever
+happened. `supervise` owns the signals and the deadline for every backend: a workload
+killed for a signal or its timeout is killed the same way whichever backend ran it.
+Backends: container.ContainerBackend (the runner's engine; runtimes such as gVisor are
+its options) and jail.JailBackend (bubblewrap on the host).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from .context import RunContext
+from .errors import EXIT_TIMEOUT, Interrupted, RunError
+
+
+class Backend(Protocol):
+    # How long one wait() may block: how quickly a signal is acted on.
+    poll_interval: float
+
+    def prepare(self, ctx: RunContext) -> None:
+        """Everything before the workload starts; raises RunError to refuse."""
+
+    def start(self) -> None:
+        """Start the workload and the pump of its output into the run's log."""
+
+    def wait(self, timeout: float) -> int | None:
+        """The workload's exit code once it has ended (its output drained), else None
+        after at most TIMEOUT seconds."""
+
+    def kill(self) -> None:
+        """Kill the workload and everything it started; returns once it is gone."""
+
+    def cleanup(self) -> None:
+        """Remove what prepare() and the workload left; called whatever happened."""
+
+
+def supervise(backend: Backend, ctx: RunContext) -> int:
+    """Run the prepared BACKEND to its end: its exit code, or Interrupted (a signal to
+    kooi run) or RunError timeout, with the workload killed."""
+    backend.start()
+    deadline = time.monotonic() + ctx.wf.timeout
+    while True:
+        sig = ctx.interrupted()
+        if sig:
+            backend.kill()
+            raise Interrupted(sig)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            backend.kill()
+            raise RunError("timeout", EXIT_TIMEOUT,
+                           f"the workload ran past its timeout of {ctx.wf.timeout} s and was killed")
+        rc = backend.wait(min(backend.poll_interval, max(0.01, left)))
+        if rc is not None:
+            return rc
+
+
+def run(backend: Backend, ctx: RunContext) -> int:
+    try:
+        backend.prepare(ctx)
+        return supervise(backend, ctx)
+    finally:
+        backend.cleanup()

@@ -1,0 +1,227 @@
+"""The container backend: the pinned runner image on the runner's unprivileged engine.
+
+Non-root user, cap-drop ALL, no-new-privileges, read-only root, the engine's seccomp
+profile with kooi's filter stacked on it, AppArmor where the engine can apply it,
+limits where the engine enforces them, the project at /workspace, no engine socket and
+no network, unless the workflow asks for the proxy (network: proxy) or for a policed
+engine of its own (testcontainers: brokered.BrokeredEngine).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from .. import apparmor, engineapi, image, labels
+from ..hoststate.egress import EgressConfig
+from ..hoststate.engine import EngineConfig
+from ..workflow import Workflow
+from . import filters
+from .brokered import BrokeredEngine
+from .context import RunContext
+from .errors import EXIT_ERROR, Result, refused, unavailable
+from .project import grant_workspace, host_uid_of
+from .spec import WORKSPACE, bind, env_of, set_env
+
+MAVEN_SETTINGS = "/run/kooi/maven-settings.xml"
+
+
+def parse_size(s: str) -> int:
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
+
+
+def engine_limits(info: dict[str, Any]) -> dict[str, bool]:
+    """What this engine can enforce (rootless needs cgroup v2 with delegated controllers)."""
+    return {"memory": bool(info.get("MemoryLimit")), "pids": bool(info.get("PidsLimit")),
+            "cpus": bool(info.get("CpuCfsQuota"))}
+
+
+def container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict[str, Any], project: Path, run_id: str,
+                   enforce: dict[str, bool], res: Result) -> dict[str, Any]:
+    """The workload container's create body (the Engine API's ContainerCreate, without
+    the image, which the caller adds: the pinned id)."""
+    user = (img_attrs.get("Config") or {}).get("User") or ""
+    if image.default_user_is_root(img_attrs):
+        raise refused(f"image {res.image_digest} runs as root by default; kooi runs only non-root images")
+    uid = int(user.split(":", 1)[0]) if user.split(":", 1)[0].isdigit() else None
+    if uid is None:
+        raise refused(f"image user {user!r} is not numeric; set USER uid:gid")
+    home = next((e.split("=", 1)[1] for e in (img_attrs.get("Config") or {}).get("Env") or []
+                 if e.startswith("HOME=")), "/tmp")
+    size = wf.tmpfs_size
+    tmpfs = {"/tmp": f"rw,exec,nosuid,nodev,size={size},mode=1777"}
+    if home not in ("/tmp", WORKSPACE):
+        tmpfs[home] = f"rw,exec,nosuid,nodev,size={size},uid={uid},gid={user.split(':')[-1]},mode=0700"
+    host: dict[str, Any] = {
+        "NetworkMode": "none", "CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges:true"],
+        "ReadonlyRootfs": True, "Tmpfs": tmpfs, "Init": True, "IpcMode": "private",
+        "Mounts": [bind(WORKSPACE, str(project))],
+    }
+    body: dict[str, Any] = {
+        "Cmd": list(wf.command), "User": user, "WorkingDir": str(Path(WORKSPACE) / wf.workdir),
+        "Hostname": wf.name[:63], "Labels": labels.run_labels(wf.name, str(project), run_id),
+        "HostConfig": host,
+    }
+    set_env(body, dict(wf.environment))
+    lim = wf.limits
+    value: Any  # memory: a size string, pids: int, cpus: float
+    for key, value, field in (("memory", lim.memory, "Memory"), ("pids", lim.pids, "PidsLimit"),
+                              ("cpus", lim.cpus, "NanoCpus")):
+        if value is None:
+            continue
+        res.limits[key] = {"requested": value, "enforced": enforce[key]}
+        if not enforce[key]:
+            res.warnings.append(f"limit {key}={value} is not enforced by this engine "
+                                f"({cfg.mode}; needs cgroup v2 with delegated controllers)")
+            continue
+        host[field] = parse_size(value) if key == "memory" else (int(value * 1e9) if key == "cpus" else value)
+        if key == "memory":
+            host["MemorySwap"] = host[field]
+    return body
+
+
+class ContainerBackend:
+    poll_interval = 2.0
+
+    def __init__(self) -> None:
+        self.ctx: RunContext | None = None
+        self.client: engineapi.Engine | None = None
+        self.container: str | None = None  # its id
+        self.name = ""
+        self.access: BrokeredEngine | None = None
+        self.settings: Path | None = None
+        self.pump: threading.Thread | None = None
+
+    def prepare(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        wf, cfg, res, log = ctx.wf, ctx.cfg, ctx.res, ctx.log
+        try:
+            self.client = client = engineapi.connect(cfg)
+        except engineapi.EngineError as exc:
+            raise unavailable(str(exc)) from None
+        pin = image.read_pins().get(wf.image)
+        if pin is None:
+            raise unavailable(f"no pinned image {wf.image!r} in {image.PINS_PATH}; provision it with site.yml "
+                              "(role runner_image)")
+        res.image, res.image_digest = pin.tag or None, pin.id
+        try:
+            img = client.image(pin.id)
+        except engineapi.NotFound:
+            raise unavailable(f"the engine does not hold the pinned image {pin.id}; re-run site.yml "
+                              "(role runner_image)") from None
+        user = ((img.get("Config") or {}).get("User") or "0").split(":")[0] or 0
+        grant_workspace(ctx.project, host_uid_of(cfg, int(user)), cfg.runner_uid, log)
+        # The engine's cgroup support matters only when the workflow asks for limits.
+        wants_limits = any(v is not None for v in (wf.limits.memory, wf.limits.cpus, wf.limits.pids))
+        enforce = engine_limits(client.info()) if wants_limits else {"memory": False, "pids": False, "cpus": False}
+        body = container_args(wf, cfg, img, ctx.project, ctx.run_id, enforce, res)
+        res.seccomp = filters.stack_on_container(body, img)
+        log.note("seccomp: " + res.seccomp["note"])
+        for w in res.warnings:
+            log.note(f"warning: {w}")
+        conf = ctx.confinement(lambda state: apparmor.for_container(cfg.mode, state))
+        res.apparmor = conf.as_dict()
+        log.note(conf.note)
+        if conf.profile:
+            body["HostConfig"]["SecurityOpt"].append(f"apparmor={conf.profile}")
+        eg = ctx.egress_preflight()
+        if wf.testcontainers:
+            self.access = BrokeredEngine(client, ctx, conf.profile)
+            self.access.open(body)
+        if eg is not None:
+            self.settings = self._wire_egress(eg, body, img)
+        self.name = f"kooi-{ctx.run_id}"
+        self.container = client.create({**body, "Image": pin.id}, name=self.name)
+        if self.access:
+            self.access.protect(self.container)
+
+    def _wire_egress(self, eg: EgressConfig, body: dict[str, Any], img_attrs: dict[str, Any]) -> Path:
+        """Give the workload a network whose only way out is the proxy, and the proxy in
+        the form each tool reads; returns the per-run Maven settings file (removed by cleanup)."""
+        from .. import egress
+
+        assert self.ctx is not None and self.client is not None
+        ctx, cfg, res = self.ctx, self.ctx.cfg, self.ctx.res
+        host_config = body["HostConfig"]
+        if cfg.mode == "rootless":
+            host = egress.ROOTLESS_HOST_LOOPBACK
+        elif self.access is not None:
+            host = self.access.gateway or ""  # the run network's
+        else:
+            host = egress.gateway(self.client.network("bridge")) or ""
+            if not host:
+                raise unavailable("the engine's default bridge has no gateway address")
+        if self.access is None:
+            host_config["NetworkMode"] = "bridge"
+        # Nested containers and the engine's addresses are reached directly, never through
+        # the proxy (which refuses private destinations anyway).
+        java_skip = ["10.*", "172.*", "192.168.*"]
+        env = egress.proxy_env(host, eg.port, ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"], java_skip)
+        settings_dir = ctx.run_dir / "egress"
+        settings_dir.mkdir(mode=0o755, exist_ok=True)
+        settings = settings_dir / f"{ctx.run_id}-maven-settings.xml"
+        settings.write_text(egress.maven_settings(host, eg.port, java_skip))
+        settings.chmod(0o644)
+        host_config["Mounts"].append(bind(MAVEN_SETTINGS, str(settings), read_only=True))
+        image_env = dict(e.split("=", 1) for e in (img_attrs.get("Config") or {}).get("Env") or [] if "=" in e)
+        mine = env_of(body)
+        maven_args = mine.get("MAVEN_ARGS", image_env.get("MAVEN_ARGS", ""))
+        mine["MAVEN_ARGS"] = f"{maven_args} --global-settings {MAVEN_SETTINGS}".strip()
+        set_env(body, {**env, **mine})
+        assert res.egress is not None
+        res.egress["proxy"] = f"http://{host}:{eg.port}"
+        ctx.log.note(f"egress: through the proxy at {res.egress['proxy']} only")
+        return settings
+
+    def start(self) -> None:
+        assert self.ctx is not None and self.client is not None and self.container is not None
+        client, cid, log = self.client, self.container, self.ctx.log
+        client.start(cid)
+        log.note(f"started {self.name} ({(self.ctx.res.image_digest or '')[:19]}) on the "
+                 f"{self.ctx.cfg.mode} engine")
+
+        def follow() -> None:
+            try:
+                for chunk in client.logs(cid):
+                    log.write(chunk.decode("utf-8", "replace"))
+            except Exception:  # noqa: BLE001 - the container went away; the wait says why
+                pass
+
+        self.pump = threading.Thread(target=follow, daemon=True)
+        self.pump.start()
+
+    def wait(self, timeout: float) -> int | None:
+        assert self.ctx is not None and self.pump is not None and self.client is not None
+        assert self.container is not None
+        try:
+            st = self.client.wait(self.container, timeout=max(0.1, timeout))
+        except OSError:
+            return None  # the engine went away: the supervisor's deadline and kill decide
+        if st is None:
+            return None
+        self.pump.join(timeout=10)
+        if self.client.inspect(self.container).get("State", {}).get("OOMKilled"):
+            self.ctx.res.warnings.append("the workload was killed for exceeding its memory limit")
+        return int(st.get("StatusCode", EXIT_ERROR))
+
+    def kill(self) -> None:
+        assert self.client is not None and self.container is not None
+        try:
+            self.client.kill(self.container)
+            self.client.wait(self.container, timeout=30)
+        except (engineapi.APIError, OSError):
+            pass  # it ended meanwhile
+
+    def cleanup(self) -> None:
+        assert self.ctx is not None
+        if self.container is not None and self.client is not None:
+            try:
+                self.client.remove(self.container)
+            except engineapi.NotFound:
+                pass
+        if self.access:
+            self.access.close(self.ctx.res)
+        if self.settings is not None:
+            self.settings.unlink(missing_ok=True)

@@ -1,0 +1,87 @@
+"""The run context: built once per run from the workflow and the host's state, then
+handed to the backend. What the host is meant to enforce (engine.json), its egress and
+AppArmor descriptions are read here, as root before the privilege drop where they
+must be, and nowhere else in a run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from .. import apparmor
+from ..hoststate import HostStateError
+from ..hoststate import apparmor as apparmor_state
+from ..hoststate import egress as egress_state
+from ..hoststate.apparmor import AppArmorState
+from ..hoststate.egress import EgressConfig
+from ..hoststate.engine import EngineConfig
+from ..workflow import Workflow
+from .errors import Log, Result, refused, unavailable
+
+T = TypeVar("T")
+
+
+@dataclass
+class RunContext:
+    wf: Workflow
+    cfg: EngineConfig
+    project: Path
+    run_id: str
+    run_dir: Path
+    res: Result
+    log: Log
+    interrupted: Callable[[], int | None]
+    # Host state, read once (load_host_state): None where off by intent.
+    egress: EgressConfig | None = None
+    apparmor: AppArmorState | None = None
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+
+    def confinement(self, decide: Callable[[AppArmorState | None], T]) -> T:
+        """DECIDE(state) with /etc/kooi/apparmor.json; a host whose profiles are not in
+        force as the role left them cannot run (exit 125, not an unconfined run)."""
+        try:
+            return decide(self.apparmor)
+        except apparmor.AppArmorError as exc:
+            raise unavailable(str(exc)) from None
+
+    def egress_preflight(self) -> EgressConfig | None:
+        """The host's egress if the workload gets a network (network: proxy,
+        testcontainers): the rules must be in force for the runner before it does (an
+        engine started without them would reach anything); a proxy that is down only
+        means no egress at all, which is said, not refused."""
+        if not self.wants_network:
+            return None
+        from .. import egress
+
+        eg = self.egress
+        if eg is None:
+            if self.wf.network == "proxy":
+                raise refused(f"workflow {self.wf.name} asks for network: proxy, but this host has no egress "
+                              "control (kooi_egress_enabled=false); enable it and re-run site.yml")
+            return None
+        ok, why = egress.rules_enforced(eg)
+        if not ok:
+            raise unavailable(f"the egress rules are not in force for {os.geteuid()} ({why}); run `kooi egress "
+                              "start` as root (hosts without systemd, after a reboot) or re-run site.yml")
+        up, detail = egress.proxy_up(eg)
+        self.res.egress = {"proxy": "", "rules": why, "proxy_up": up}
+        if not up:
+            self.res.warn(self.log, f"{detail}: the workload has no egress at all (start it: kooi egress start)")
+        return eg
+
+    @property
+    def wants_network(self) -> bool:
+        return self.wf.network == "proxy" or self.wf.testcontainers
+
+
+def load_host_state(cfg: EngineConfig, wf: Workflow) -> tuple[EgressConfig | None, AppArmorState | None]:
+    """The egress and AppArmor descriptions (as root: kooi run reads them before it drops)."""
+    try:
+        eg = egress_state.load_for(cfg) if (wf.network == "proxy" or wf.testcontainers) else None
+        aa = apparmor_state.load()
+    except HostStateError as exc:
+        raise unavailable(str(exc)) from None
+    return eg, aa

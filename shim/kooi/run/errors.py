@@ -1,0 +1,103 @@
+"""What a run ends with: the exit codes, the errors that carry them, the result and the log."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+EXIT_INVALID = 2        # bad command line or workflow: nothing ran
+EXIT_BUSY = 75          # the same workflow is running on the same project
+EXIT_TIMEOUT = 124      # the workload ran past its timeout and was killed
+EXIT_UNAVAILABLE = 125  # engine or pinned image unavailable
+EXIT_REFUSED = 126      # a policy refused the run (isolation level, ownership, root)
+EXIT_ERROR = 70         # kooi itself failed
+
+
+class RunError(Exception):
+    """The run cannot go on: REASON (the result's `reason`) and exit CODE."""
+
+    def __init__(self, reason: str, code: int, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.code = code
+
+
+def unavailable(message: str) -> RunError:
+    return RunError("unavailable", EXIT_UNAVAILABLE, message)
+
+
+def refused(message: str) -> RunError:
+    return RunError("refused", EXIT_REFUSED, message)
+
+
+class Interrupted(Exception):
+    """kooi run got SIGNUM; the workload was killed."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+@dataclass
+class Result:
+    workflow: str
+    run_id: str
+    project: str
+    mode: str = ""
+    isolation: str = ""
+    workflow_file: str = ""
+    image: str | None = None
+    image_digest: str | None = None
+    start: str = ""
+    end: str = ""
+    duration_s: float = 0.0
+    exit_code: int = EXIT_ERROR
+    reason: str = "error"
+    message: str = ""
+    log: str = ""
+    limits: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    broker: dict[str, Any] | None = None
+    cleanup: dict[str, Any] | None = None
+    egress: dict[str, Any] | None = None
+    apparmor: dict[str, Any] | None = None
+    seccomp: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def warn(self, log: Log, message: str) -> None:
+        self.warnings.append(message)
+        log.note(f"warning: {message}")
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class Log:
+    """Workload output to stdout and the run's log file, line-buffered."""
+
+    def __init__(self, path: Path | None, echo: TextIO | None):
+        self.path = path
+        self.f = path.open("a", buffering=1) if path else None
+        self.echo = echo
+        self.lock = threading.Lock()
+
+    def write(self, text: str) -> None:
+        with self.lock:
+            if self.f:
+                self.f.write(text)
+            if self.echo:
+                self.echo.write(text)
+                self.echo.flush()
+
+    def note(self, text: str) -> None:
+        self.write(f"kooi: {text}\n")
+
+    def close(self) -> None:
+        if self.f:
+            self.f.close()

@@ -1,0 +1,151 @@
+"""`kooi run WORKFLOW`: the orchestration. Checks the caller and the result path, loads
+the host state and the workflow once, (as root) starts egress where no service manager
+does, drops to the runner, checks and locks the project, and hands a RunContext to the
+workflow's backend. Always returns a Result; the JSON result and the log say what
+happened, and the exit code is the workload's own or one of errors.EXIT_*."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from .. import apparmor, outputs, workflow
+from ..hoststate import HostStateError
+from ..hoststate import engine as engine_state
+from ..hoststate.engine import EngineConfig
+from . import backend
+from .context import RunContext, load_host_state
+from .errors import EXIT_ERROR, EXIT_INVALID, Interrupted, Log, Result, RunError, now, refused, unavailable
+from .identity import check_identity, check_runner_can_import, drop_to_runner
+from .project import RunLock, check_project
+
+RUN_DIR = Path(os.environ.get("KOOI_RUN_DIR", "/var/lib/kooi/runs"))
+
+
+def isolation_of(mode: str, cfg: EngineConfig) -> str:
+    return "jail" if mode == "jail" else cfg.mode
+
+
+def new_backend(mode: str) -> backend.Backend:
+    if mode == "container":
+        from .container import ContainerBackend
+
+        return ContainerBackend()
+    from .jail import JailBackend
+
+    return JailBackend()
+
+
+def execute(name: str, project: Path, json_path: Path | None = None, wait: float = 0.0,
+            echo: TextIO | None = sys.stdout, run_dir: Path | None = None,
+            workflow_dir: Path | None = None, engine_config: Path | None = None) -> Result:
+    """Run workflow NAME on PROJECT; always returns a Result (never raises for run failures)."""
+    run_dir = run_dir or RUN_DIR
+    run_id = f"{name if workflow.NAME_RE.match(name) else 'invalid'}-" \
+             f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+    res = Result(workflow=name, run_id=run_id, project=str(project), start=now())
+    t0 = time.monotonic()
+    out: outputs.Output | None = None
+    if json_path:
+        # Before anything runs, and as the caller (not the runner it drops to).
+        try:
+            out = outputs.Output(json_path, "--json")
+        except outputs.OutputError as exc:
+            res.reason, res.exit_code, res.message = "invalid", EXIT_INVALID, str(exc)
+            res.end = res.start
+            return res
+    log = Log(None, echo)
+    lock: RunLock | None = None
+    got_signal: list[int] = []
+    old_handlers: dict[signal.Signals, Any] = {}
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        got_signal.append(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            old_handlers[s] = signal.signal(s, on_signal)
+    try:
+        try:
+            cfg = engine_state.load(engine_config or engine_state.PATH)
+        except HostStateError as exc:
+            raise unavailable(str(exc)) from None
+        check_identity(cfg)
+        check_runner_can_import(cfg)
+        wf = workflow.load(name, workflow_dir or workflow.WORKFLOW_DIR)
+        res.mode, res.workflow_file = wf.mode, str(wf.path)
+        res.isolation = isolation_of(wf.mode, cfg)
+        if wf.min_isolation and workflow.isolation_rank(res.isolation) < workflow.isolation_rank(wf.min_isolation):
+            raise refused(f"workflow {name} requires isolation {wf.min_isolation} or stronger; "
+                          f"this run would get {res.isolation} ({wf.mode} mode on a {cfg.mode} host)")
+        eg, aa = load_host_state(cfg, wf)
+        if os.geteuid() == 0 and eg is not None:
+            # Root (cron, a pipeline): re-apply the rules and start the proxy where no
+            # service manager does (hosts without systemd, after a reboot).
+            from .. import egress
+
+            try:
+                egress.start(eg)
+            except egress.EgressError as exc:
+                raise unavailable(f"egress: {exc}") from None
+        if os.geteuid() == 0:
+            apparmor.remember_loaded()  # the kernel's profile list is root-only
+            if out and cfg.runner_uid != 0:
+                out.keep_rights()  # the runner may not write where the caller asked for the result
+        drop_to_runner(cfg)
+        project = check_project(project, cfg)
+        res.project = str(project)
+        for sub in ("logs", "results", "locks"):
+            (run_dir / sub).mkdir(parents=True, exist_ok=True)
+        log.close()
+        log = Log(run_dir / "logs" / f"{run_id}.log", echo)
+        res.log = str(log.path)
+        lock = RunLock(run_dir, wf.name, project)
+        lock.acquire(wait)
+        log.note(f"run {run_id}: workflow {wf.name} ({wf.mode}, isolation {res.isolation}) on {project}")
+        ctx = RunContext(wf, cfg, project, run_id, run_dir, res, log,
+                         interrupted=lambda: got_signal[0] if got_signal else None, egress=eg, apparmor=aa)
+        res.exit_code = backend.run(new_backend(wf.mode), ctx)
+        res.reason = "ok" if res.exit_code == 0 else "failed"
+        res.message = "the workload succeeded" if res.exit_code == 0 else \
+            f"the workload exited with {res.exit_code}"
+    except workflow.WorkflowError as exc:
+        res.reason, res.exit_code, res.message = "invalid", EXIT_INVALID, str(exc)
+    except RunError as exc:
+        res.reason, res.exit_code, res.message = exc.reason, exc.code, str(exc)
+    except Interrupted as exc:
+        res.reason, res.exit_code = "interrupted", 128 + exc.signum
+        res.message = f"kooi run got signal {exc.signum}; the workload was killed"
+    except Exception as exc:  # noqa: BLE001 - report, never hide, an internal failure
+        res.reason, res.exit_code = "error", EXIT_ERROR
+        res.message = f"kooi run failed: {exc.__class__.__name__}: {exc}"
+    finally:
+        for s, h in old_handlers.items():
+            signal.signal(s, h)
+        if lock:
+            lock.release()
+        res.end = now()
+        res.duration_s = round(time.monotonic() - t0, 3)
+        log.note(f"{res.reason}: {res.message} (exit {res.exit_code}, {res.duration_s} s)")
+        log.close()
+        doc = json.dumps(res.as_dict(), indent=2) + "\n"
+        if res.log:
+            try:
+                (run_dir / "results" / f"{run_id}.json").write_text(doc)
+            except OSError:
+                pass
+        if out:
+            try:
+                out.write(doc)
+            except outputs.OutputError as exc:
+                print(f"kooi run: {exc}", file=sys.stderr)
+    return res

@@ -1,0 +1,38 @@
+"""kooi's seccomp filter (kooi/seccomp.py), as each backend installs it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .errors import unavailable
+
+NOTE = ("kooi's filter: no io_uring, bpf, perf_event_open, userfaultfd, handle syscalls, modules, "
+        "kexec, keyring, mounts, namespaces")
+# Run by the image's python3 in containers of kooi's runner image (standard library only).
+SOURCE = (Path(__file__).resolve().parents[1] / "seccomp.py").read_text()
+
+
+def program() -> bytes:
+    """The compiled filter (BPF), for bwrap --seccomp."""
+    from .. import seccomp
+
+    try:
+        return seccomp.program()
+    except ValueError as exc:
+        raise unavailable(str(exc)) from None
+
+
+def stack_on_container(body: dict[str, Any], img_attrs: dict[str, Any]) -> dict[str, Any]:
+    """Stack kooi's filter on the engine's profile where the image is kooi's runner image
+    (its python3 installs the filter, then executes the image's entrypoint and command)."""
+    from .. import labels
+
+    conf = img_attrs.get("Config") or {}
+    if not (conf.get("Labels") or {}).get(labels.IMAGE):
+        return {"engine": "default", "kooi": False,
+                "note": "the engine's default profile only (kooi's filter is installed by the python3 of "
+                        "kooi's runner image; this image is not one)"}
+    program()
+    body["Entrypoint"] = ["python3", "-I", "-c", SOURCE, "--", *(conf.get("Entrypoint") or [])]
+    return {"engine": "default", "kooi": True, "note": NOTE + ", stacked on the engine's default profile"}

@@ -1,0 +1,165 @@
+"""The jail backend: the workflow's command in a bubblewrap jail on the host.
+
+Only /usr, /etc and the project are bound, /tmp is private, every namespace is
+unshared, the session is new, kooi's seccomp filter is installed by bwrap and the
+jail's AppArmor profile by aa-exec. network: proxy gets a socket bridge to the proxy
+and a forwarder on the jail's own loopback, never a network.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import IO
+
+from .. import apparmor, egress
+from ..workflow import Workflow
+from . import filters
+from .context import RunContext
+from .errors import EXIT_UNAVAILABLE, RunError
+
+WORKSPACE = "/workspace"
+JAIL_PROXY_DIR = "/run/kooi"
+
+
+def bwrap_argv(wf: Workflow, project: Path, proxy: tuple[Path, int] | None = None,
+               seccomp_fd: int | None = None) -> list[str]:
+    """PROXY: (the bridge's directory, the proxy port) for network: proxy: the jail gets
+    the bridge socket and a forwarder on its own loopback, never a network.
+    SECCOMP_FD: a readable fd holding kooi's seccomp program (kooi/seccomp.py), which
+    bwrap installs right before it executes the workload."""
+    if not shutil.which("bwrap"):
+        raise RunError("unavailable", EXIT_UNAVAILABLE, "bwrap is missing (package bubblewrap); re-run site.yml")
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        p = Path("/") / top
+        if p.is_symlink():
+            argv += ["--symlink", os.readlink(p), f"/{top}"]
+        elif p.is_dir():
+            argv += ["--ro-bind", str(p), f"/{top}"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home",
+             "--bind", str(project), WORKSPACE, "--chdir", str(Path(WORKSPACE) / wf.workdir),
+             "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+             "--setenv", "HOME", "/tmp/home", "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
+    env: dict[str, str] = {}
+    command = list(wf.command)
+    if proxy is not None:
+        bridge_dir, port = proxy
+        argv += ["--bind", str(bridge_dir), JAIL_PROXY_DIR]
+        env = egress.proxy_env("127.0.0.1", port, [])
+        env["MAVEN_ARGS"] = f"--global-settings {JAIL_PROXY_DIR}/maven-settings.xml"
+        command = ["/usr/bin/python3", "-I", "-c", egress.JAIL_FORWARDER, f"{JAIL_PROXY_DIR}/proxy.sock",
+                   str(port), *command]
+    for k, v in {**env, **wf.environment}.items():
+        argv += ["--setenv", k, v]
+    return argv + ["--", *command]
+
+
+class JailBackend:
+    poll_interval = 0.5
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pump: threading.Thread | None = None
+        self.first: list[str] = []
+        self.bridge: egress.JailBridge | None = None
+        self.fds: list[int] = []
+        self.argv: list[str] = []
+        self.ctx: RunContext | None = None
+
+    def prepare(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        wf, res, log = ctx.wf, ctx.res, ctx.log
+        for key in ("memory", "pids", "cpus"):
+            value = getattr(wf.limits, key)
+            if value is not None:
+                res.limits[key] = {"requested": value, "enforced": False}
+                res.warn(log, f"limit {key}={value} is not enforced in jail mode")
+        proxy = None
+        eg = ctx.egress_preflight()
+        if eg is not None:
+            self.bridge = bridge = egress.JailBridge(ctx.run_dir / "jails" / secrets.token_hex(8), eg.port)
+            (bridge.dir / "maven-settings.xml").write_text(egress.maven_settings("127.0.0.1", eg.port, []))
+            assert res.egress is not None
+            res.egress["proxy"] = f"http://127.0.0.1:{eg.port}"
+            log.note("egress: through the proxy only (a socket bridge; the jail has no network)")
+            proxy = (bridge.dir, eg.port)
+        conf, prefix = ctx.confinement(apparmor.for_jail)
+        res.apparmor = conf.as_dict()
+        log.note(conf.note)
+        filt = filters.program()
+        res.seccomp = {"engine": None, "kooi": True, "note": filters.NOTE + " (bwrap --seccomp)"}
+        log.note("seccomp: " + res.seccomp["note"])
+        rfd, wfd = os.pipe()
+        self.fds.append(rfd)
+        try:
+            os.write(wfd, filt)
+        finally:
+            os.close(wfd)
+        self.argv = [*prefix, *bwrap_argv(wf, ctx.project, proxy, rfd)]
+
+    def start(self) -> None:
+        assert self.ctx is not None
+        log = self.ctx.log
+        self.proc = proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                            stderr=subprocess.STDOUT, start_new_session=True,
+                                            pass_fds=tuple(self.fds))
+        assert proc.stdout is not None
+        out: IO[bytes] = proc.stdout
+
+        def pump() -> None:
+            for line in iter(out.readline, b""):
+                text = line.decode("utf-8", "replace")
+                if not self.first:
+                    self.first.append(text)
+                log.write(text)
+
+        self.pump = threading.Thread(target=pump, daemon=True)
+        self.pump.start()
+        log.note(f"started bubblewrap jail (pid {proc.pid})")
+
+    def wait(self, timeout: float) -> int | None:
+        assert self.proc is not None and self.pump is not None
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self.pump.join(timeout=10)
+        first = self.first
+        if rc == 1 and first and first[0].startswith("bwrap: execvp"):
+            return 127  # the workflow's command does not exist in the jail
+        if rc == 1 and first and first[0].startswith("bwrap: "):
+            # bubblewrap itself failed before the workload started (e.g. no unprivileged
+            # user namespaces on this kernel): not the workload's exit code.
+            raise RunError("unavailable", EXIT_UNAVAILABLE,
+                           f"bubblewrap could not set up the jail: {first[0].strip()[7:]} (unprivileged user "
+                           "namespaces must be allowed: sysctl kernel.unprivileged_userns_clone=1)")
+        return rc if rc >= 0 else 128 - rc
+
+    def kill(self) -> None:
+        # bwrap dies; --die-with-parent and the pid namespace take every jailed process.
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        if self.pump is not None:
+            self.pump.join(timeout=5)
+
+    def cleanup(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()
+        if self.bridge is not None:
+            self.bridge.close()
+            shutil.rmtree(self.bridge.dir, ignore_errors=True)
