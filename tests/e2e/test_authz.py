@@ -163,6 +163,14 @@ def test_an_oversized_privileged_create_is_refused(daemon):
     assert status >= 400 and "without a body" in text, (status, text[:500])
 
 
+def test_a_field_name_spelt_with_a_unicode_fold_is_refused(daemon):
+    """Go's JSON decoder fills HostConfig from "Ho\u017ftConfig" (U+017F LONG S): the plugin must
+    read it too, or a privileged container walks past it."""
+    body = '{"Image":"kooi-probe:latest","Cmd":["true"],"Ho\u017ftConfig":{"Privileged":true}}'.encode()
+    status, text = raw_create(body)
+    assert status == 403 and "privileged containers are refused" in text, (status, text[:500])
+
+
 def test_a_create_with_content_length_zero_is_refused(daemon):
     body = json.dumps({"Image": "kooi-probe:latest", "HostConfig": {"Privileged": True}}).encode()
     status, text = raw_create(body, content_length=0)

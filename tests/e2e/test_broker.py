@@ -163,6 +163,9 @@ def test_duplicate_keys_oversized_and_empty_bodies_are_refused(broker):
     merge = b'{"Image":"kooi-probe:latest","HostConfig":{"Privileged":true},"hostconfig":{"Memory":0}}'
     status, text = raw("POST", "/v1.41/containers/create", merge)
     assert status == 403 and "duplicate key" in text, text
+    folded = '{"Image":"kooi-probe:latest","Ho\u017ftConfig":{"Privileged":true}}'.encode()  # Go reads HostConfig
+    status, text = raw("POST", "/v1.41/containers/create", folded)
+    assert status == 403 and "privileged containers are refused" in text, text
     big = json.dumps({"Image": PROBE, "Labels": {"pad": "x" * 1_100_000}, "HostConfig": {"Privileged": True}})
     status, text = raw("POST", "/v1.41/containers/create", big.encode())
     assert status == 403 and "exceeds" in text, text

@@ -25,7 +25,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     # connection (the proxy keeps them) waits for a delayed ACK (~40 ms) in between.
     disable_nagle_algorithm = True
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         if self.path.startswith("/bytes/"):
             # /bytes/N or /bytes/N/RATE: N bytes, optionally paced at RATE MiB/s (a
             # network-speed download rather than a loopback copy).

@@ -1,5 +1,6 @@
-"""The broker's HTTP framing and per-run rewrites (pure parts; tests/e2e/test_broker.py
-runs the broker against the runner's real engine)."""
+"""The broker's HTTP framing (kooi.httpwire), its per-run rewrites and its decisions
+against a scripted engine (tests/e2e/test_broker.py runs the broker against the
+runner's real engine)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kooi.broker import BadRequest, Reader, Rules, RunScope, Upstream, read_body, read_head, stream_body
+from kooi import labels
+from kooi.broker import Broker, Rules, RunScope
+from kooi.engineapi import Engine as Upstream
+from kooi.httpwire import BadRequest, Reader, forward_head, read_body, read_head, stream_body
+from kooi.policy import Policy
 
 
 def reader(data: bytes) -> Reader:
@@ -134,9 +139,6 @@ def test_a_refusal_reaches_a_client_that_is_still_sending_its_body(tmp_path):
     """A refused build's context is larger than any socket buffer: the broker must keep
     reading until the client is done, or the client sees EPIPE instead of the reason
     (found in CI: `docker build` through the broker failed with 'broken pipe')."""
-    from kooi.broker import Broker
-    from kooi.policy import Policy
-
     b = Broker(str(tmp_path / "b.sock"), str(tmp_path / "no-engine.sock"), Policy(workspace=str(tmp_path)),
                RunScope("r1", {"org.kooi.run": "r1"}))
     b.start()
@@ -168,3 +170,141 @@ def test_a_refusal_reaches_a_client_that_is_still_sending_its_body(tmp_path):
         assert errors == [] and not t.is_alive()
     finally:
         b.stop()
+
+
+def test_a_forwarded_head_is_framed_anew_and_closes_unless_upgraded():
+    r = reader(b"POST /containers/c/attach?stream=1 HTTP/1.1\r\nHost: d\r\nConnection: Upgrade\r\n"
+               b"Upgrade: tcp\r\nTransfer-Encoding: chunked\r\n\r\n")
+    req = read_head(r)
+    assert forward_head(req, upgrade=False) == (b"POST /containers/c/attach?stream=1 HTTP/1.1\r\nHost: d\r\n"
+                                                b"Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n")
+    req.body = b"{}"
+    assert forward_head(req, upgrade=True) == (b"POST /containers/c/attach?stream=1 HTTP/1.1\r\nHost: d\r\n"
+                                               b"Connection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 2\r\n\r\n")
+
+
+# --- decisions, against a scripted engine ---------------------------------------------
+
+
+class Engine(Upstream):
+    """Answers the broker's lookups: objects named mine* are the run's, other* another
+    run's, anything else does not exist."""
+
+    def __init__(self) -> None:
+        super().__init__("/nonexistent")
+        self.calls: list[tuple[str, str]] = []
+
+    def call(self, method: str, path: str, body=None):
+        self.calls.append((method, path))
+        parts = path.split("/")
+        if method == "POST" and path == "/volumes/create":
+            return 201, {}
+        if method != "GET" or len(parts) < 3:
+            return 404, None
+        kind, ref = parts[1], urllib.parse.unquote(parts[2])
+        if kind == "exec":
+            return (200, {"ContainerID": ref.replace("exec", "c")}) if ref.startswith(("mine", "other")) else (404, None)
+        if not ref.startswith(("mine", "other")):
+            return 404, {"message": "no such object"}
+        run = {labels.RUN: "run-1" if ref.startswith("mine") else "run-2"}
+        return 200, {"Id": f"id-{ref}", "Name": ref, "Config": {"Labels": run}, "Labels": run}
+
+
+def broker(**kw) -> tuple[Broker, Engine]:
+    scope = RunScope("run-1", {labels.RUN: "run-1", labels.NESTED: "1"}, network="kooi-run-1",
+                     path_map={"/workspace": "/srv/project"}, **kw)
+    policy = Policy(workspace="/srv/project", apparmor_profiles=(scope.apparmor,) if scope.apparmor else ())
+    b = Broker("/tmp/kooi-test-never-served.sock", "/nonexistent", policy, scope)
+    b.upstream = b.rules.up = Engine()
+    return b, b.upstream
+
+
+def decide(b: Broker, method: str, uri: str, doc=None):
+    body = json.dumps(doc).encode() if isinstance(doc, dict) else doc
+    req = read_head(reader(f"{method} {uri} HTTP/1.1\r\n\r\n".encode()))
+    req.body = body
+    return b.decide(req)
+
+
+@pytest.mark.parametrize("method,uri,reason", [
+    ("POST", "/v1.41/build/prune", "this prune endpoint is refused"),
+    ("POST", "/system/prune", "this prune endpoint is refused"),
+    ("DELETE", "/images/kooi-probe:latest", "removing images is refused"),
+    ("POST", "/plugins/x/disable", "plugin management is refused"),
+    ("POST", "/build?t=x", "image builds are refused"),
+    ("GET", "/containers/other-1/json", "container 'other-1' was not created by this run"),
+    ("DELETE", "/containers/nobody?force=1", "container 'nobody' does not exist or is not this run's"),
+    ("POST", "/exec/other-exec/start", "container 'other-c' was not created by this run"),
+    ("DELETE", "/networks/other-net", "network 'other-net' was not created by this run"),
+    ("DELETE", "/volumes/other-vol", "volume 'other-vol' was not created by this run"),
+    ("POST", "/commit?container=other-1", "container 'other-1' was not created by this run"),
+    ("POST", "/containers/create", "create: the request arrived without a body"),
+    ("POST", "/containers/mine-1/exec", "exec: the request arrived without a body"),
+    ("POST", "/v1.41/containers%2Fcreate", "percent-encoded request paths are refused"),
+])
+def test_the_broker_refuses_with_its_reason(method, uri, reason):
+    d, _ = decide(broker()[0], method, uri)
+    assert not d.allow and d.reason.startswith(reason), d.reason
+
+
+def test_a_create_is_labelled_joins_the_run_network_and_binds_the_project():
+    b, engine = broker(apparmor="kooi-runner")
+    d, req = decide(b, "POST", "/v1.41/containers/create?name=pg",
+                    {"Image": "postgres", "labels": {"a": "b"},
+                     "hostConfig": {"binds": ["/workspace/data:/data", "mine-vol:/v"]}})
+    assert d.allow, d.reason
+    doc = json.loads(req.body)
+    assert doc["labels"] == {"a": "b", labels.RUN: "run-1", labels.NESTED: "1"}  # the client's spelling kept
+    hc = doc["hostConfig"]
+    assert hc["binds"] == ["/srv/project/data:/data", "mine-vol:/v"]
+    assert hc["NetworkMode"] == "kooi-run-1" and hc["SecurityOpt"] == ["apparmor=kooi-runner"]
+    assert ("GET", "/volumes/mine-vol") in engine.calls
+
+
+def test_the_policy_decides_on_the_rewritten_create():
+    d, _ = decide(broker()[0], "POST", "/containers/create", {"Image": "x", "HostConfig": {"Privileged": True}})
+    assert not d.allow and d.reason == "privileged containers are refused"
+    d, _ = decide(broker()[0], "POST", "/containers/create", {"Image": "x", "HostConfig": {"NetworkMode": "other-net"}})
+    assert not d.allow and d.reason == "network 'other-net' was not created by this run"
+
+
+def test_networks_and_volumes_are_created_labelled():
+    d, req = decide(broker()[0], "POST", "/networks/create", {"Name": "n"})
+    assert d.allow and json.loads(req.body)["Labels"][labels.RUN] == "run-1"
+    d, _ = decide(broker()[0], "POST", "/networks/create", {"Name": "n", "driver": "macvlan"})
+    assert not d.allow and d.reason == "network driver 'macvlan' refused (only bridge networks)"
+    d, req = decide(broker()[0], "POST", "/volumes/create", {"Name": "v"})
+    assert d.allow and json.loads(req.body)["Labels"][labels.RUN] == "run-1"
+    with pytest.raises(BadRequest):
+        decide(broker()[0], "POST", "/volumes/create", {"Name": "v", "Labels": "x"})
+
+
+def test_listings_and_prunes_see_only_the_runs_objects():
+    for method, uri in (("GET", "/v1.41/containers/json?all=1"), ("GET", "/networks"), ("GET", "/events"),
+                        ("POST", "/volumes/prune")):
+        d, req = decide(broker()[0], method, uri)
+        filters = json.loads(dict(urllib.parse.parse_qsl(req.uri.split("?", 1)[1]))["filters"])
+        assert d.allow and filters["label"] == [f"{labels.RUN}=run-1"], (uri, req.uri)
+
+
+def test_a_network_connect_needs_the_runs_network_and_container():
+    b, _ = broker()
+    d, _ = decide(b, "POST", "/networks/mine-net/connect", {"Container": "mine-1"})
+    assert d.allow, d.reason
+    d, _ = decide(b, "POST", "/networks/mine-net/disconnect", {"Container": 5})
+    assert not d.allow and d.reason == "network connect: Container must be a string"
+    d, _ = decide(b, "POST", "/networks/other-net/connect", {"Container": "mine-1"})
+    assert not d.allow and d.reason == "network 'other-net' was not created by this run"
+
+
+def test_the_workloads_own_container_is_out_of_reach():
+    b, _ = broker(protected={"id-mine-wl"})
+    d, _ = decide(b, "POST", "/containers/mine-wl/update", {"Memory": 1})
+    assert not d.allow and "the workload's own container" in d.reason
+
+
+def test_ownership_is_remembered_by_id():
+    b, engine = broker()
+    assert decide(b, "GET", "/containers/mine-1/json")[0].allow
+    assert decide(b, "POST", "/containers/id-mine-1/start")[0].allow
+    assert engine.calls == [("GET", "/containers/mine-1/json")]

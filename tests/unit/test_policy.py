@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kooi.policy import MAX_BODY, Policy, decide
+from kooi import gojson
+from kooi.policy import API, MAX_BODY, Body, Policy, decide, route
+from kooi.routes import compile_path
 
 WS = "/home/kooi-runner/project"
 LINKS = {f"{WS}/etc-link": "/etc", f"{WS}/sub": f"{WS}/sub", f"{WS}/up": "/home/kooi-runner"}
@@ -165,8 +167,25 @@ def test_real_symlinks_are_resolved(tmp_path):
 
 # --- properties ---------------------------------------------------------------------
 
+def go_folds(key: str) -> str:
+    """KEY with every s and k spelt as the non-ASCII letter Go's JSON decoder folds to it."""
+    return key.replace("s", "\u017f").replace("S", "\u017f").replace("k", "\u212a").replace("K", "\u212a")
+
+
 def casings(key: str):
-    return st.sampled_from([key, key.lower(), key.upper(), key[0].lower() + key[1:]])
+    return st.sampled_from([key, key.lower(), key.upper(), key[0].lower() + key[1:], go_folds(key)])
+
+
+def test_go_unicode_folds_cannot_smuggle_a_field():
+    """The engine fills HostConfig from "HoſtConfig" (U+017F LONG S) and NetworkMode from
+    "NetworKMode" (U+212A KELVIN SIGN): the policy must read those keys as the fields they
+    become, and count them as duplicates of the ASCII spelling."""
+    for body in ('{"Image":"x","Ho\u017ftConfig":{"Privileged":true}}',
+                 '{"Image":"x","HostConfig":{"Bind\u017f":["/:/h"]}}',
+                 '{"Image":"x","HostConfig":{"Networ\u212aMode":"host"}}',
+                 '{"Image":"x","HostConfig":{"Binds":[],"Bind\u017f":["/:/h"]}}'):
+        assert not post("/v1.41/containers/create", body.encode()).allow, body
+    assert post("/v1.41/containers/create", '{"Image":"x","Ho\u017ftConfig":{"Privileged":false}}'.encode()).allow
 
 
 DANGER = {
@@ -261,3 +280,88 @@ def test_sockets_in_the_broker_directory_may_be_mounted():
     for other in ("/var/lib/kooi/runs/brokers/sub/x.sock", "/var/lib/kooi/runs/x.sock", "/var/run/docker.sock"):
         d = decide("POST", "/containers/create", create({"Binds": [f"{other}:/d.sock"]}), guarded)
         assert not d.allow and "socket" in d.reason, other
+
+
+# --- the table (policy.API) and the way bodies are read (kooi.gojson) ----------------
+
+@pytest.mark.parametrize("template,path,params", [
+    ("/containers/create", "/containers/create", {}),
+    ("/containers/create", "/containers/create/x", None),
+    ("/containers/{id}/exec", "/containers/abc/exec", {"id": "abc"}),
+    ("/containers/{id}/exec", "/containers//exec", None),
+    ("/containers/{id}/exec", "/containers/a/b/exec", None),
+    ("/{containers|networks}/prune", "/networks/prune", {}),
+    ("/{containers|networks}/prune", "/images/prune", None),
+    ("/plugins/**", "/plugins", {}),
+    ("/plugins/**", "/plugins/x/enable", {}),
+    ("/plugins/**", "/pluginsx", None),
+    ("/images/{name}/**", "/images", None),
+    ("/images/{name}/**", "/images/a/b", {"name": "a"}),
+])
+def test_path_templates(template, path, params):
+    m = compile_path(template).fullmatch(path)
+    assert (m.groupdict() if m else None) == params
+
+
+def _samples(template: str) -> list[str]:
+    """Paths a template matches: each alternative, a name for {id}, nothing and more for /**."""
+    paths = [template]
+    while any("{" in p for p in paths):
+        out = []
+        for p in paths:
+            head, _, rest = p.partition("{")
+            inner, _, tail = rest.partition("}")
+            out += [head + alt + tail for alt in (inner.split("|") if "|" in inner else ["some-name"])]
+        paths = out
+    return [q for p in paths for q in ([p[:-3], p[:-3] + "/x/y"] if p.endswith("/**") else [p])]
+
+
+@pytest.mark.parametrize("row", [r for r in API.routes if r.policy is not None], ids=lambda r: r.path)
+def test_every_policy_row_is_reached(row):
+    """No row above one of the policy's takes its requests with another policy (but the
+    one that lets plugins and swarm objects be looked at)."""
+    for path in _samples(row.path):
+        for method in row.methods or ("POST", "PUT", "DELETE"):
+            hit = route(method, path)
+            assert hit is not None and hit.route.policy == row.policy, (method, path, hit)
+
+
+@pytest.mark.parametrize("method,uri,allowed", [
+    ("GET", "/v1.41/plugins", True), ("HEAD", "/swarm", True), ("GET", "/tasks/x", True),
+    ("GET", "/build", False), ("GET", "/session", False), ("HEAD", "/grpc/x", False), ("GET", "/build/prune", False),
+])
+def test_what_may_be_looked_at(method, uri, allowed):
+    assert decide(method, uri, None, POLICY).allow is allowed
+
+
+def test_bodies_are_read_on_posts_only():
+    for row in API.routes:
+        if row.body:
+            assert row.methods == ("POST",), row
+        assert not isinstance(row.policy, Body) or row.run is not None, row  # the broker reads it too
+
+
+def test_the_run_column():
+    assert route("DELETE", "/images/x/y").route.run.reason.startswith("removing images is refused")
+    assert route("POST", "/containers/abc/attach").route.hijack
+    assert not route("GET", "/containers/abc/attach").route.hijack
+    assert route("POST", "/exec/abc/start").route.hijack
+    assert route("DELETE", "/containers/abc").route.run.kind == "container"
+    assert route("GET", "/containers/json").route.run is not None
+    assert route("HEAD", "/containers/json").route.run is None
+    assert route("GET", "/_ping") is None
+
+
+def test_duplicate_keys_are_found_in_any_casing_and_depth():
+    assert "duplicate key 'privileged'" in gojson.parse(b'{"A": {"Privileged": 1, "privileged": 2}}')
+    assert gojson.parse(b'[1]') == "body is not a JSON object"
+    assert gojson.parse(b'{"A": {"b": 1}}') == {"A": {"b": 1}}
+
+
+def test_fields_are_read_and_written_under_the_clients_spelling():
+    doc = {"hostconfig": {"networkMode": "x"}}
+    assert gojson.field(doc, "HostConfig") == {"networkMode": "x"}
+    gojson.set_field(doc["hostconfig"], "NetworkMode", "y")
+    gojson.set_field(doc, "Labels", {})
+    assert doc == {"hostconfig": {"networkMode": "y"}, "Labels": {}}
+    assert gojson.field(doc, "Missing", 5) == 5
