@@ -8,7 +8,7 @@
 # them 94% busy), so the lanes do not make the work cheaper; they keep both cores busy
 # while one stage waits (test hosts booting, engines starting, timeouts, downloads) and
 # let the longest chains start early:
-#   lane 1 (streamed): yamllint, ansible-lint, unit, images, local-e2e
+#   lane 1 (streamed): yamllint, ansible-lint, role-docs, ruff, mypy, unit, images, local-e2e
 #   lane 2 (logged):   images-vm, molecule-apparmor (a QEMU guest under TCG)
 #   lane 3 (logged):   (after lane 1's images) molecule-rootless
 #   lane 4 (logged):   (after lane 1's images) molecule-userns_remap
@@ -128,6 +128,9 @@ if [ "${KOOI_TEST_SERIAL:-0}" != 1 ] && [ "$quick" = 0 ]; then
 fi
 stage yamllint yamllint -s .
 stage ansible-lint bash -c 'cd ansible && ansible-lint --offline -q site.yml ../roles ../molecule'
+stage role-docs python scripts/role-docs.py --check
+stage ruff ruff check .
+stage mypy mypy
 stage unit pytest -q -p no:cacheprovider tests/unit --junitxml "$KOOI_REPORT_DIR/unit.xml"
 export -f images
 stage images bash -c images
@@ -136,7 +139,7 @@ if ok images; then
 else
   skipped local-e2e "images failed"
 fi
-stages=(yamllint ansible-lint unit images local-e2e)
+stages=(yamllint ansible-lint role-docs ruff mypy unit images local-e2e)
 if [ "$quick" = 0 ]; then
   if [ ${#lanes[@]} -gt 0 ]; then wait "${lanes[@]}" || true; else lane3; lane4; lane2; fi
   stages+=(molecule-rootless images-vm molecule-apparmor molecule-userns_remap)

@@ -5,7 +5,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from calc import mean  # noqa: E402
+from calc import mean
 
 
 class MeanTest(unittest.TestCase):
