@@ -222,14 +222,19 @@ def gateway(net: dict[str, Any]) -> str | None:
                 None)
 
 
+def bridge_gateway(bridge: dict[str, Any]) -> str:
+    """Where a container on the engine's default bridge (its inspection) reaches the host."""
+    gw = gateway(bridge)
+    if not gw:
+        raise EgressError("the engine's default bridge has no gateway address")
+    return gw
+
+
 def container_proxy_host(mode: str, client: docker.DockerClient) -> str:
     """Where a container on the engine's default bridge reaches the proxy."""
     if mode == "rootless":
         return ROOTLESS_HOST_LOOPBACK
-    gw = gateway(client.networks.get("bridge").attrs)
-    if not gw:
-        raise EgressError("the engine's default bridge has no gateway address")
-    return gw
+    return bridge_gateway(client.networks.get("bridge").attrs)
 
 
 def build_args(cfg: EgressConfig, mode: str, client: docker.DockerClient) -> dict[str, str]:

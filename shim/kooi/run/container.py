@@ -150,9 +150,10 @@ class ContainerBackend:
         elif self.access is not None:
             host = self.access.gateway or ""  # the run network's
         else:
-            host = egress.gateway(self.client.network("bridge")) or ""
-            if not host:
-                raise unavailable("the engine's default bridge has no gateway address")
+            try:
+                host = egress.bridge_gateway(self.client.network("bridge"))
+            except egress.EgressError as exc:
+                raise unavailable(str(exc)) from None
         if self.access is None:
             host_config["NetworkMode"] = "bridge"
         # Nested containers and the engine's addresses are reached directly, never through
