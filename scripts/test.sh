@@ -130,7 +130,7 @@ stage yamllint yamllint -s .
 stage ansible-lint bash -c 'cd ansible && ansible-lint --offline -q site.yml ../roles ../molecule'
 stage role-docs python scripts/role-docs.py --check
 stage ruff ruff check .
-stage mypy mypy
+stage mypy bash -c "mypy && mypy --config-file molecule/mypy.ini molecule/"
 stage unit pytest -q -p no:cacheprovider tests/unit --junitxml "$KOOI_REPORT_DIR/unit.xml"
 export -f images
 stage images bash -c images

@@ -77,7 +77,7 @@ def test_the_kernel_enforces_koois_profiles(host, ctx):
     status = {r.id: r.status for r in run_all(host, ctx, ["HOST-APPARMOR-PROFILES", "HOST-APPARMOR-ENFORCE"])}
     assert status == {"HOST-APPARMOR-PROFILES": PASS, "HOST-APPARMOR-ENFORCE": PASS}, status
     state = apparmor_state.parse(host.file("/etc/kooi/apparmor.json").content_string)
-    assert state["kernel"] is True and state["runner_profile"] == "kooi-runner"
+    assert state.kernel is True and state.runner_profile == "kooi-runner"
 
 
 def test_the_kernels_profile_list_is_root_only(host):

@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 API = "/v1.41"  # Docker 20.10 (Debian 12); later engines serve it unchanged
 
 
+def _segment(ref: str) -> str:
+    """REF in a request path the way the Docker SDK spells it: ':', '@' and '/' as they
+    are (an image id, a tag, a digest, a registry path). kooi's authorization plugin
+    refuses percent-encoded paths, so `sha256%3A...` would be refused on a
+    userns_remap host; anything that still needs encoding is refused there too."""
+    return quote(ref, safe="/:@")
+
+
 class EngineError(Exception):
     """The engine could not be started, stopped or reached; the message says why."""
 
@@ -138,10 +146,10 @@ class Engine:
 
     # --- images and networks ------------------------------------------------------
     def image(self, ref: str) -> dict[str, Any]:
-        return dict(self.request("GET", f"/images/{quote(ref, safe='')}/json"))
+        return dict(self.request("GET", f"/images/{_segment(ref)}/json"))
 
     def network(self, name: str) -> dict[str, Any]:
-        return dict(self.request("GET", f"/networks/{quote(name, safe='')}"))
+        return dict(self.request("GET", f"/networks/{_segment(name)}"))
 
     def create_network(self, name: str, labels: dict[str, str], driver: str = "bridge") -> dict[str, Any]:
         """Create NAME and return its inspection (with its IPAM gateway)."""
@@ -198,10 +206,11 @@ class Engine:
 def connect(cfg: EngineConfig, timeout: float = 30) -> Engine:
     """A client of the runner's engine that has answered a ping; EngineError says why
     not (the authorization plugin down, the engine not running) and what to do."""
-    from . import authz
+    if cfg.authz is not None:  # the plugin's client (and the policy) only where there is one
+        from . import authz
 
-    if (down := authz.plugin_down(cfg.authz)) is not None:
-        raise EngineError(down)
+        if (down := authz.plugin_down(cfg.authz)) is not None:
+            raise EngineError(down)
     eng = Engine(cfg.socket, timeout)
     try:
         eng.ping()

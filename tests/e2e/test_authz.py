@@ -126,6 +126,30 @@ def test_an_ordinary_run_works(daemon):
     assert res.returncode == 0 and "hello" in res.stdout, res.stderr
 
 
+def test_kooi_runs_own_engine_client_passes_the_plugin(daemon):
+    """kooi run's Engine API client (engineapi) through the plugin, the way a run on a
+    userns_remap host uses it: image references by id, tag and digest, a network by
+    name, and a container's whole life. CI once saw every run on such a host refused,
+    because the client percent-encoded the ':' of an image id."""
+    from kooi.engineapi import Engine
+
+    eng = Engine(str(DOCKER_SOCK), timeout=60)
+    eng.ping()
+    img = eng.image("kooi-probe:latest")
+    assert eng.image(img["Id"])["Id"] == img["Id"]
+    if img.get("RepoDigests"):
+        assert eng.image(img["RepoDigests"][0])["Id"] == img["Id"]
+    eng.network("none")
+    cid = eng.create({"Image": img["Id"], "Cmd": ["sh", "-c", "echo from-engineapi"],
+                      "HostConfig": {"NetworkMode": "none"}}, name="kooi-authz-e2e-engineapi")
+    try:
+        eng.start(cid)
+        assert (eng.wait(cid, timeout=60) or {}).get("StatusCode") == 0
+        assert b"from-engineapi" in b"".join(eng.logs(cid))
+    finally:
+        eng.remove(cid)
+
+
 @pytest.mark.parametrize("args,reason", refused_runs(str(WS)) + [
     (["-v", "/var/run/docker.sock:/var/run/docker.sock"], "socket mount"),
 ])

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kooi import gojson
+from kooi import gojson, policy
 from kooi.policy import API, MAX_BODY, Body, Policy, decide, route
 from kooi.routes import compile_path
 
@@ -365,3 +365,14 @@ def test_fields_are_read_and_written_under_the_clients_spelling():
     gojson.set_field(doc, "Labels", {})
     assert doc == {"hostconfig": {"networkMode": "y"}, "Labels": {}}
     assert gojson.field(doc, "Missing", 5) == 5
+
+
+def test_the_run_paths_engine_client_spells_references_the_plugin_admits() -> None:
+    """engineapi's request paths for image ids, tags and digests carry no percent-encoding,
+    which the policy refuses (CI saw every run refused on a userns_remap host)."""
+    from kooi.engineapi import _segment
+
+    for ref in ("sha256:" + "a" * 64, "kooi-runner:latest", "registry.example/ns/img:1.0@sha256:" + "b" * 64,
+                "kooi-run-0123abcd"):
+        path, err = policy.normalize(f"/v1.41/images/{_segment(ref)}/json")
+        assert err is None, (ref, path, err)
