@@ -54,7 +54,11 @@ def load_yaml(path: Path):
 
 
 def role_names() -> list[str]:
-    names = sorted(p.parent.parent.name for p in ROLES.glob("*/meta/argument_specs.yml"))
+    # Roles with a `main` entry point are the ones an inventory configures; a role that
+    # only other roles import (engine_common: entry points packages and configure)
+    # documents its parameters in its own README.
+    names = sorted(p.parent.parent.name for p in ROLES.glob("*/meta/argument_specs.yml")
+                   if "main" in ((load_yaml(p) or {}).get("argument_specs") or {}))
     # The kooi-wide settings first, then the roles by name.
     return sorted(names, key=lambda n: (n != SHARED_ROLE, n))
 

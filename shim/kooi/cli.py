@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .hoststate import HostStateError
+from .hoststate import HostStateError, paths
 from .hoststate import egress as egress_state
 from .hoststate import engine as engine_state
 
@@ -470,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="serve: the plugin, until interrupted. health: exit 0 if the plugin "
                        "answers as dockerd expects, 1 (with the reason) if not.")
     a.add_argument("action", choices=("serve", "health"))
-    a.add_argument("--socket", default="/run/docker/plugins/kooi-authz.sock",
+    a.add_argument("--socket", default=paths.AUTHZ_SOCKET,
                    help="plugin socket; dockerd finds it by name in /run/docker/plugins (default: %(default)s)")
     a.add_argument("--workspace-root", action="append", default=None,
                    help="bind mounts must resolve below this directory (repeatable; default: no bind mounts)")

@@ -19,7 +19,9 @@ from typing import Any
 
 import yaml
 
-WORKFLOW_DIR = Path(os.environ.get("KOOI_WORKFLOW_DIR", "/etc/kooi/workflows"))
+from .hoststate import paths
+
+WORKFLOW_DIR = Path(os.environ.get("KOOI_WORKFLOW_DIR", paths.WORKFLOWS))
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "workflow.schema.json"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 # Weakest to strongest; a workflow's min_isolation refuses anything below it.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROLE = Path(__file__).resolve().parents[2] / "roles/kooi_defaults"
+ROLE = Path(__file__).resolve().parents[2] / "roles/engine_common"
 spec = importlib.util.spec_from_file_location("kooi_seccomp_filter", ROLE / "filter_plugins/kooi_seccomp.py")
 flt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(flt)

@@ -11,11 +11,12 @@ import re
 import shlex
 
 from ..apparmor import parse_profiles
+from ..hoststate import paths
 from ..hoststate.apparmor import AppArmorState
 from .confinement import _get
 from .core import FAIL, NA, PASS, Context, Host, Outcome, check
 
-STATE = "/etc/kooi/apparmor.json"
+STATE = paths.APPARMOR
 PROFILES = "/sys/kernel/security/apparmor/profiles"
 COMPLAIN = re.compile(r"flags\s*=\s*\([^)]*\bcomplain\b", re.I)
 

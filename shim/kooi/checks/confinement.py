@@ -12,12 +12,13 @@ from typing import cast
 
 import yaml
 
+from ..hoststate import paths
 from .core import FAIL, NA, PASS, Context, Host, Outcome, check
 from .host import daemon_json
 from .image import runner_pin
 
-SELFTEST = "/etc/kooi/workflows/kooi-selftest.yml"
-RUN_DIR = "/var/lib/kooi/runs"
+SELFTEST = f"{paths.WORKFLOWS}/kooi-selftest.yml"
+RUN_DIR = paths.RUNS
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -31,13 +32,14 @@ def _selftest(host: Host, ctx: Context) -> Selftest:
     if not host.file(SELFTEST).exists or "runner" not in (ctx.described(host, "images") or {}):
         ctx.cache["selftest"] = (None, "no runner image or self-test workflow on this host")
         return cast(Selftest, ctx.cache["selftest"])
-    proj = f"{RUN_DIR}/selftest-project"
+    proj = paths.SELFTEST_PROJECT
     prep = host.run(f"runuser -u {shlex.quote(ctx.runner)} -- mkdir -p {proj}")
     if prep.rc != 0:
         ctx.cache["selftest"] = ({}, f"cannot create {proj}: {prep.stderr.strip()}")
         return cast(Selftest, ctx.cache["selftest"])
     # The host's installed command, whatever PATH the caller has (a venv may shadow it).
-    res = host.run(f"PATH={SYSTEM_PATH} kooi run kooi-selftest --project {proj} --json {RUN_DIR}/selftest.json")
+    kooi = shlex.quote(ctx.engine.kooi_bin)
+    res = host.run(f"PATH={SYSTEM_PATH} {kooi} run kooi-selftest --project {proj} --json {RUN_DIR}/selftest.json")
     seen: dict[str, str] = {}
     for line in res.stdout.splitlines():
         if line.startswith("KOOI-SELFTEST "):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from ..hoststate import HostStateError
+from ..hoststate import HostStateError, paths
 from ..hoststate import engine as engine_state
 from ..hoststate.engine import EngineConfig
 
@@ -72,9 +72,7 @@ def check(id: str, title: str, threat: str,
 
 
 # The defaults, not this process's overrides (KOOI_*_CONFIG): the checked host's files.
-DEFAULT_PATHS = {"engine": "/etc/kooi/engine.json", "images": "/etc/kooi/images.json",
-                 "egress": "/etc/kooi/egress.json", "apparmor": "/etc/kooi/apparmor.json",
-                 "fuse": "/etc/kooi/fuse.json"}
+DEFAULT_PATHS = {kind: paths.ALL[kind] for kind in ("engine", "images", "egress", "apparmor", "fuse")}
 
 
 @dataclass

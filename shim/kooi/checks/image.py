@@ -13,11 +13,12 @@ from typing import Any
 
 import yaml
 
+from ..hoststate import paths
 from ..hoststate.images import Pin
 from .core import FAIL, NA, PASS, Context, Host, Outcome, check
 
-PINS = "/etc/kooi/images.json"
-LOCK = "/etc/kooi/images/runner.lock.yml"
+PINS = paths.IMAGES
+LOCK = paths.IMAGE_LOCK
 
 
 def runner_pin(host: Host, ctx: Context) -> tuple[Pin | None, dict[str, Any] | None]:

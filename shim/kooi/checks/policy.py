@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from ..hoststate import paths
 from ..hoststate.engine import Authz
 from .core import FAIL, NA, PASS, Context, Host, Outcome, check
 
@@ -30,10 +31,10 @@ def authz_plugin(host: Host, ctx: Context) -> Outcome:
     cfg = json.loads(host.file(ctx.engine.daemon_config).content_string)
     if a.plugin not in (cfg.get("authorization-plugins") or []):
         return FAIL, f"{ctx.engine.daemon_config} authorization-plugins={cfg.get('authorization-plugins')}"
-    res = host.run(f"/usr/local/bin/kooi authz health --socket {shlex.quote(a.socket)}")
+    res = host.run(f"{shlex.quote(ctx.engine.kooi_bin)} authz health --socket {shlex.quote(a.socket)}")
     if res.rc != 0:
         return FAIL, f"kooi authz health: {(res.stderr or res.stdout).strip()[-300:]}"
-    token = host.file(a.token_file or "/etc/kooi/authz/token")
+    token = host.file(a.token_file or paths.AUTHZ_TOKEN)
     if not token.exists or token.user != "root" or token.mode & 0o077:
         return FAIL, f"operator token {token.path}: exists={token.exists} owner={token.user if token.exists else '-'}"
     return PASS, f"{unit} running and enabled; dockerd uses {a.plugin}; plugin healthy; token root-only"

@@ -16,11 +16,12 @@ import shlex
 import time
 from typing import Any
 
+from ..hoststate import paths
 from .confinement import RUN_DIR, SYSTEM_PATH
 from .core import FAIL, NA, PASS, Context, Host, Outcome, check
 
 WORKFLOW = "kooi-runcheck"
-PROJECT = f"{RUN_DIR}/runcheck-project"
+PROJECT = paths.RUNCHECK_PROJECT
 SCRIPT = ".kooi-runcheck.sh"
 KEYS = {"workflow", "run_id", "project", "mode", "isolation", "image_digest", "start", "end",
         "duration_s", "exit_code", "reason", "message", "log"}
@@ -46,11 +47,11 @@ def _script(host: Host, ctx: Context, body: str) -> None:
         raise RuntimeError(f"cannot write the script into {PROJECT}: {res.stderr.strip()}")
 
 
-def _run(host: Host, name: str, background: bool = False) -> tuple[int | None, dict[str, Any] | None, str]:
+def _run(host: Host, ctx: Context, name: str, background: bool = False) -> tuple[int | None, dict[str, Any] | None, str]:
     """kooi run kooi-runcheck; returns (rc, result or None, output)."""
     out = f"{RUN_DIR}/{name}.json"
     host.run(f"rm -f {out}")
-    cmd = f"PATH={SYSTEM_PATH} kooi run {WORKFLOW} --project {PROJECT} --json {out}"
+    cmd = f"PATH={SYSTEM_PATH} {shlex.quote(ctx.engine.kooi_bin)} run {WORKFLOW} --project {PROJECT} --json {out}"
     if background:
         # Its own session: kooi run treats SIGHUP as an interruption (and ends the run),
         # and the end of the caller's session (docker exec, ssh) may send one.
@@ -74,7 +75,7 @@ def run_result(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
     _script(host, ctx, "echo KOOI-RUNCHECK-OUT; exit 3")
-    rc, res, out = _run(host, "runcheck-result")
+    rc, res, out = _run(host, ctx, "runcheck-result")
     if res is None:
         return FAIL, f"no JSON result (rc={rc}): {out.strip()[-200:]}"
     bad = []
@@ -86,7 +87,7 @@ def run_result(host: Host, ctx: Context) -> Outcome:
     if not log.exists or "KOOI-RUNCHECK-OUT" not in log.content_string:
         bad.append(f"the run's log {res.get('log')} lacks the workload's output")
     _script(host, ctx, "exit 0")
-    rc0, res0, out0 = _run(host, "runcheck-result-ok")
+    rc0, res0, out0 = _run(host, ctx, "runcheck-result-ok")
     if rc0 != 0 or not res0 or res0.get("reason") != "ok":
         bad.append(f"exit 0 came back as rc={rc0}, reason={(res0 or {}).get('reason')}: {out0.strip()[-160:]}")
     if bad:
@@ -104,7 +105,7 @@ def run_timeout(host: Host, ctx: Context) -> Outcome:
     tag = f"{secrets.randbelow(10**6):06d}"
     _script(host, ctx, f"sleep 6071.{tag} & sleep 6072.{tag}")
     t0 = time.monotonic()
-    rc, res, out = _run(host, "runcheck-timeout")
+    rc, res, out = _run(host, ctx, "runcheck-timeout")
     took = time.monotonic() - t0
     if res is None:
         return FAIL, f"no JSON result (rc={rc}): {out.strip()[-200:]}"
@@ -131,14 +132,14 @@ def run_lock(host: Host, ctx: Context) -> Outcome:
     marker = f"{PROJECT}/.kooi-runcheck-started"
     host.run(f"rm -f {marker}")
     _script(host, ctx, "touch /workspace/.kooi-runcheck-started; sleep 6")
-    _run(host, "runcheck-lock-first", background=True)
+    _run(host, ctx, "runcheck-lock-first", background=True)
     for _ in range(150):
         if host.file(marker).exists:
             break
         time.sleep(0.2)
     else:
         return FAIL, "the first run never started its workload (30 s)"
-    rc, res, out = _run(host, "runcheck-lock-second")
+    rc, res, out = _run(host, ctx, "runcheck-lock-second")
     first = f"{RUN_DIR}/runcheck-lock-first.json"
     for _ in range(150):
         if host.file(first).exists:
@@ -161,7 +162,7 @@ def run_cleanup(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
     _script(host, ctx, "exit 0")
-    rc, res, out = _run(host, "runcheck-cleanup")
+    rc, res, out = _run(host, ctx, "runcheck-cleanup")
     if rc != 0 or not res:
         return FAIL, f"a trivial run failed: rc={rc}: {out.strip()[-200:]}"
     left = _leftovers(host, ctx, res["run_id"])

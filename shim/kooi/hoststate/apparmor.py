@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import _json, read
+from . import _json, paths, read
 
-PATH = Path("/etc/kooi/apparmor.json")
+PATH = Path(paths.APPARMOR)
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import _json, read
+from . import _json, paths, read
 from .engine import EngineConfig
 from .errors import HostStateError
 
-PATH = Path(os.environ.get("KOOI_EGRESS_CONFIG", "/etc/kooi/egress.json"))
+PATH = Path(os.environ.get("KOOI_EGRESS_CONFIG", paths.EGRESS))
 
 
 @dataclass(frozen=True)

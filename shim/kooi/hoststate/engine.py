@@ -13,10 +13,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _json, read
+from . import _json, paths, read
 from .errors import HostStateError
 
-PATH = Path(os.environ.get("KOOI_ENGINE_CONFIG", "/etc/kooi/engine.json"))
+PATH = Path(os.environ.get("KOOI_ENGINE_CONFIG", paths.ENGINE))
 MODES = ("rootless", "userns_remap")
 
 
@@ -49,6 +49,8 @@ class EngineConfig:
     remap_user: str = ""
     # Written by the engine roles from kooi_egress_enabled (on by default).
     egress: bool = True
+    # Where kooi's command is installed (kooi_bin); the checks run it on the host.
+    kooi_bin: str = paths.BIN
     # None when the daemon is not guarded by the authorization plugin.
     authz: Authz | None = None
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _json, read
+from . import _json, paths, read
 from .errors import HostStateError
 
-PATH = Path(os.environ.get("KOOI_IMAGES_CONFIG", "/etc/kooi/images.json"))
+PATH = Path(os.environ.get("KOOI_IMAGES_CONFIG", paths.IMAGES))
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 

@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from .. import apparmor, outputs, workflow
-from ..hoststate import HostStateError
+from ..hoststate import HostStateError, paths
 from ..hoststate import engine as engine_state
 from ..hoststate.engine import EngineConfig
 from . import backend
@@ -28,7 +28,7 @@ from .errors import EXIT_ERROR, EXIT_INVALID, Interrupted, Log, Result, RunError
 from .identity import check_identity, check_runner_can_import, drop_to_runner
 from .project import RunLock, check_project
 
-RUN_DIR = Path(os.environ.get("KOOI_RUN_DIR", "/var/lib/kooi/runs"))
+RUN_DIR = Path(os.environ.get("KOOI_RUN_DIR", paths.RUNS))
 
 
 def isolation_of(mode: str, cfg: EngineConfig) -> str:
