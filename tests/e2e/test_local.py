@@ -115,6 +115,12 @@ def _workflow_dir() -> dict[str, str]:
                           "cron": "0 3 * *"}]}, ["kooi_schedules"]),
     ({"kooi_schedules": [{"name": "n", "workflow": "no-such-flow", "project": "/srv/p",
                           "cron": "0 3 * * *"}]}, ["kooi_schedules", "no-such-flow"]),
+    # The argument spec's (preflight no longer repeats it): exactly one of the two.
+    ({"kooi_schedules": [{"name": "n", "workflow": "python-example", "project": "/srv/p",
+                          "cron": "0 3 * * *", "on_calendar": "daily"}]}, ["exclusive:", "cron|on_calendar"]),
+    # Retired variables that named fixed places (kooi_paths) or were renamed.
+    ({"shim_bin_link": "/usr/bin/kooi", "authz_socket": "/run/x.sock"},
+     ["authz_socket,", "shim_bin_link:", "kooi_bin.", "kooi_paths"]),
 ])
 def test_bad_workflows_and_schedules_stop_the_play_before_any_change(provisioned, extra, names):
     before, wfs = _fingerprint(), _workflow_dir()

@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from ..hoststate import subids
+from ..hoststate import paths, subids
 from .core import FAIL, PASS, Context, Host, Outcome, check
 
 SUDO_GROUPS = ("sudo", "admin", "wheel", "root")
@@ -264,7 +264,7 @@ FUSE_OPEN = ("python3 -c 'import os,errno\ntry:\n os.close(os.open(\"/dev/fuse\"
 def fuse_device(host: Host, ctx: Context) -> Outcome:
     state = ctx.described(host, "fuse")
     if state is None:
-        return FAIL, "/etc/kooi/fuse.json is missing: role fuse has not run on this host (re-run site.yml)"
+        return FAIL, f"{paths.FUSE} is missing: role fuse has not run on this host (re-run site.yml)"
     enabled = state.enabled
     dev = host.file("/dev/fuse")
     opened = host.run(f"runuser -u {shlex.quote(ctx.runner)} -- {FUSE_OPEN}").stdout.strip() \

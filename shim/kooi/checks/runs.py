@@ -29,7 +29,7 @@ KEYS = {"workflow", "run_id", "project", "mode", "isolation", "image_digest", "s
 
 def _available(host: Host, ctx: Context) -> str | None:
     if "runcheck" not in ctx.cache:
-        if not host.file(f"/etc/kooi/workflows/{WORKFLOW}.yml").exists:
+        if not host.file(f"{paths.WORKFLOWS}/{WORKFLOW}.yml").exists:
             ctx.cache["runcheck"] = f"no {WORKFLOW} workflow on this host (re-run site.yml, role shim)"
         elif "runner" not in (ctx.described(host, "images") or {}):
             ctx.cache["runcheck"] = "no runner image on this host (kooi_runner_image_build: false)"
