@@ -18,10 +18,9 @@ Self-contained (standard library only): jails get `program()` through
 `bwrap --seccomp FD`; containers of kooi's runner image run this file's source with
 the image's python3, which installs the filter and executes the workload:
 
-    python3 -I -c "$(cat seccomp.py)" -- COMMAND...
+    python3 -I -S -c "$(cat seccomp.py)" -- COMMAND...
 """
 
-import ctypes
 import errno
 import os
 import struct
@@ -90,13 +89,14 @@ def program(machine: str | None = None) -> bytes:
     return out
 
 
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
 def install(prog: bytes | None = None) -> None:
     """Install the filter on this process (and everything it executes). Sets
     no_new_privs first, as the kernel requires of an unprivileged caller."""
+    import ctypes  # here, not at the top: the host only compiles the program
+
+    class _SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
     prog = prog if prog is not None else program()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]

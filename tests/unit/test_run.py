@@ -80,7 +80,7 @@ def test_kooi_seccomp_filter_wraps_only_kooi_runner_images():
     info = filters.stack_on_container(kw, kooi_img)
     assert info["kooi"] is True and info["engine"] == "default"
     ep = kw["Entrypoint"]
-    assert ep[:3] == ["python3", "-I", "-c"] and ep[3] == filters.SOURCE and ep[4:] == ["--", "/e"]
+    assert ep[:4] == ["python3", "-I", "-S", "-c"] and ep[4] == filters.SOURCE and ep[5:] == ["--", "/e"]
     assert kw["Cmd"] == ["mvn", "verify"]
     kw, _ = args(wf())
     info = filters.stack_on_container(kw, IMG)
@@ -134,3 +134,20 @@ def test_unreadable_by_names_what_another_user_cannot_read(tmp_path):
     assert bad == [str(private / "pkg")]
     assert (os.getgroups(), os.getegid(), os.geteuid()) == before  # switched back
     assert run.unreadable_by(0, 0, [0], [str(private / "pkg")]) == []
+
+
+def test_acl_users_reads_what_setfacl_wrote(tmp_path):
+    """kooi run reads the project's ACL from the kernel's xattr instead of starting
+    getfacl on every run; it must see exactly what setfacl (and getfacl) see."""
+    import subprocess
+
+    from kooi.run.project import acl_users
+
+    d = tmp_path / "p"
+    d.mkdir()
+    assert acl_users(d) == {} and acl_users(d, default=True) == {}
+    subprocess.run(["setfacl", "-m", "u:123456:rwx,u:123457:r-x,d:u:123456:rwx,d:u:1000:rw-", str(d)], check=True)
+    assert acl_users(d) == {123456: 7, 123457: 5}
+    assert acl_users(d, default=True) == {123456: 7, 1000: 6}
+    listing = subprocess.run(["getfacl", "-pn", "--omit-header", str(d)], capture_output=True, text=True).stdout
+    assert "user:123457:r-x" in listing and "default:user:1000:rw-" in listing

@@ -96,7 +96,7 @@ def test_the_kernel_applies_it_to_the_command_and_its_children():
     src = Path(seccomp.__file__).read_text()
     plain = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
     assert plain.stdout.split()[0] == "EFAULT", plain.stdout
-    res = subprocess.run([sys.executable, "-I", "-c", src, "--", sys.executable, "-c", PROBE],
+    res = subprocess.run([sys.executable, "-I", "-S", "-c", src, "--", sys.executable, "-c", PROBE],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["ENOSYS", "EPERM", "EPERM", "EPERM", "ok", "0"]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import leftovers
 from .errors import EXIT_BUSY, EXIT_ERROR, EXIT_INVALID, EXIT_REFUSED, EXIT_TIMEOUT, EXIT_UNAVAILABLE, Result, RunError
 from .execute import RUN_DIR, execute, isolation_of
 from .identity import unreadable_by
@@ -33,4 +32,6 @@ __all__ = ["EXIT_BUSY", "EXIT_ERROR", "EXIT_INVALID", "EXIT_REFUSED", "EXIT_TIME
 
 def gc(run_dir: Path | None = None, engine_config: Path | None = None, dry_run: bool = False,
        keep_days: float = 14.0) -> list[str]:
+    from . import leftovers  # not on the run path
+
     return leftovers.gc(run_dir or RUN_DIR, engine_config, dry_run, keep_days)

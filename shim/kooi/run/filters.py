@@ -34,5 +34,6 @@ def stack_on_container(body: dict[str, Any], img_attrs: dict[str, Any]) -> dict[
                 "note": "the engine's default profile only (kooi's filter is installed by the python3 of "
                         "kooi's runner image; this image is not one)"}
     program()
-    body["Entrypoint"] = ["python3", "-I", "-c", SOURCE, "--", *(conf.get("Entrypoint") or [])]
+    # -S: no site processing; the filter needs the standard library only (~15 ms less per run).
+    body["Entrypoint"] = ["python3", "-I", "-S", "-c", SOURCE, "--", *(conf.get("Entrypoint") or [])]
     return {"engine": "default", "kooi": True, "note": NOTE + ", stacked on the engine's default profile"}

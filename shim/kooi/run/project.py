@@ -7,7 +7,7 @@ import fcntl
 import os
 import pwd
 import shutil
-import subprocess
+import struct
 import time
 from pathlib import Path
 
@@ -51,23 +51,41 @@ def host_uid_of(cfg: EngineConfig, container_uid: int) -> int:
 
 
 
+_ACL_USER, _RWX = 0x02, 0o7  # ACL_USER entries and rwx, as in <linux/posix_acl.h>
+
+
+def acl_users(path: Path, default: bool = False) -> dict[int, int]:
+    """The named-user entries (uid -> permission bits) of PATH's access ACL, or of its
+    default ACL: the kernel's own xattr format (version 2; tag u16, perm u16, id u32
+    per entry), read without starting getfacl on every run. Empty when there is none."""
+    try:
+        raw = os.getxattr(path, "system.posix_acl_default" if default else "system.posix_acl_access")
+    except OSError:
+        return {}
+    if len(raw) < 4 or (len(raw) - 4) % 8 or struct.unpack_from("<I", raw)[0] != 2:
+        return {}
+    entries = struct.iter_unpack("<HHI", raw[4:])
+    return {uid: perm for tag, perm, uid in entries if tag == _ACL_USER}
+
+
 def grant_workspace(project: Path, host_uid: int, runner_uid: int, log: Log) -> None:
     """Let the container's (mapped, non-root) user write the project, and the runner keep
     access to what it writes: POSIX ACLs, set once (new files inherit the default ACL)."""
     if not shutil.which("setfacl"):
         raise RunError("unavailable", EXIT_UNAVAILABLE,
                        "setfacl is missing (package acl); re-run site.yml")
-    want = (f"default:user:{host_uid}:rwx", f"user:{host_uid}:rwx", f"default:user:{runner_uid}:rwx")
 
     def granted() -> bool:
-        acl = subprocess.run(["getfacl", "-pn", "--omit-header", str(project)], capture_output=True,
-                             text=True).stdout
-        return all(w in acl for w in want)
+        access, dflt = acl_users(project), acl_users(project, default=True)
+        return (access.get(host_uid) == _RWX and dflt.get(host_uid) == _RWX
+                and dflt.get(runner_uid) == _RWX)
 
     if granted():
         return
     log.note(f"granting the workload's uid {host_uid} access to {project} (POSIX ACL, once)")
     spec = f"u:{host_uid}:rwX,d:u:{host_uid}:rwX,d:u:{runner_uid}:rwX,d:m::rwx,m::rwx"
+    import subprocess  # only the first run on a project sets them
+
     r = subprocess.run(["setfacl", "-R", "-m", spec, str(project)], capture_output=True, text=True)
     if r.returncode != 0:
         if not granted():
