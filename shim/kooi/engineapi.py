@@ -76,6 +76,8 @@ class _Response:
             raise ProtocolError(str(exc)) from None
         self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         length = headers.get("content-length")
+        if length is not None and not length.isdigit():
+            raise ProtocolError(f"malformed Content-Length: {length[:40]!r}")
         self.left: int | None = None if self.chunked or length is None else int(length)
         if self.status in (204, 304) or 100 <= self.status < 200:
             self.left = 0
@@ -259,7 +261,10 @@ class Engine:
     def logs(self, cid: str) -> Iterator[bytes]:
         """Follow the container's stdout and stderr until it ends (a container without a
         TTY: the engine frames each chunk with an 8-byte header naming the stream)."""
-        resp = self._open("GET", f"{API}/containers/{cid}/logs?follow=1&stdout=1&stderr=1", timeout=None)
+        resp = self._open("GET", f"{API}/containers/{cid}/logs?follow=1&stdout=1&stderr=1")
+        # The head within the client's timeout; the body for as long as the container
+        # runs, however long it stays silent (the run's deadline is the supervisor's).
+        resp.sock.settimeout(None)
         try:
             while True:
                 head = resp.read(8)

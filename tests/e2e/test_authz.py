@@ -150,6 +150,23 @@ def test_kooi_runs_own_engine_client_passes_the_plugin(daemon):
         eng.remove(cid)
 
 
+def test_followed_logs_outlast_the_clients_timeout(daemon):
+    """A workload that stays silent longer than the client's timeout keeps its later
+    output: kooi run's log follower once stopped after 30 s of silence and dropped the
+    rest of the log while the run still succeeded."""
+    from kooi.engineapi import Engine
+
+    eng = Engine(str(DOCKER_SOCK), timeout=1)
+    cid = eng.create({"Image": "kooi-probe:latest", "Cmd": ["sh", "-c", "echo before; sleep 3; echo after"],
+                      "HostConfig": {"NetworkMode": "none"}}, name="kooi-authz-e2e-silent")
+    try:
+        eng.start(cid)
+        out = b"".join(eng.logs(cid))
+        assert b"before" in out and b"after" in out, out
+    finally:
+        eng.remove(cid)
+
+
 @pytest.mark.parametrize("args,reason", refused_runs(str(WS)) + [
     (["-v", "/var/run/docker.sock:/var/run/docker.sock"], "socket mount"),
 ])

@@ -3,6 +3,7 @@ engine and a real jail)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -147,7 +148,26 @@ def test_acl_users_reads_what_setfacl_wrote(tmp_path):
     d.mkdir()
     assert acl_users(d) == {} and acl_users(d, default=True) == {}
     subprocess.run(["setfacl", "-m", "u:123456:rwx,u:123457:r-x,d:u:123456:rwx,d:u:1000:rw-", str(d)], check=True)
-    assert acl_users(d) == {123456: 7, 123457: 5}
-    assert acl_users(d, default=True) == {123456: 7, 1000: 6}
+    mask = -1
+    assert acl_users(d) == {123456: 7, 123457: 5, mask: 7}
+    assert acl_users(d, default=True) == {123456: 7, 1000: 6, mask: 7}
     listing = subprocess.run(["getfacl", "-pn", "--omit-header", str(d)], capture_output=True, text=True).stdout
     assert "user:123457:r-x" in listing and "default:user:1000:rw-" in listing
+    os.chmod(d, 0o755)  # narrows the access ACL's mask
+    assert acl_users(d)[mask] == 5
+
+
+def test_a_project_whose_acl_mask_was_narrowed_is_granted_again(tmp_path):
+    """A chmod 755 on the project leaves user:UID:rwx but masks it to r-x: kooi run must
+    grant again instead of trusting the entry."""
+    from kooi.run.errors import Log
+    from kooi.run.project import acl_users, grant_workspace
+
+    d = tmp_path / "p"
+    d.mkdir()
+    log = Log(None, None)
+    grant_workspace(d, 123456, os.getuid(), log)
+    os.chmod(d, 0o755)
+    assert acl_users(d)[-1] == 5
+    grant_workspace(d, 123456, os.getuid(), log)
+    assert acl_users(d)[-1] == 7

@@ -51,21 +51,28 @@ def host_uid_of(cfg: EngineConfig, container_uid: int) -> int:
 
 
 
-_ACL_USER, _RWX = 0x02, 0o7  # ACL_USER entries and rwx, as in <linux/posix_acl.h>
+_ACL_USER, _ACL_MASK, _RWX = 0x02, 0x10, 0o7  # as in <linux/posix_acl.h>
+_MASK = -1  # the mask entry's key in acl_users()
 
 
 def acl_users(path: Path, default: bool = False) -> dict[int, int]:
     """The named-user entries (uid -> permission bits) of PATH's access ACL, or of its
-    default ACL: the kernel's own xattr format (version 2; tag u16, perm u16, id u32
-    per entry), read without starting getfacl on every run. Empty when there is none."""
+    default ACL, and its mask under the key _MASK: the kernel's own xattr format
+    (version 2; tag u16, perm u16, id u32 per entry), read without starting getfacl on
+    every run. Empty when there is none."""
     try:
         raw = os.getxattr(path, "system.posix_acl_default" if default else "system.posix_acl_access")
     except OSError:
         return {}
     if len(raw) < 4 or (len(raw) - 4) % 8 or struct.unpack_from("<I", raw)[0] != 2:
         return {}
-    entries = struct.iter_unpack("<HHI", raw[4:])
-    return {uid: perm for tag, perm, uid in entries if tag == _ACL_USER}
+    out: dict[int, int] = {}
+    for tag, perm, uid in struct.iter_unpack("<HHI", raw[4:]):
+        if tag == _ACL_USER:
+            out[uid] = perm
+        elif tag == _ACL_MASK:
+            out[_MASK] = perm
+    return out
 
 
 def grant_workspace(project: Path, host_uid: int, runner_uid: int, log: Log) -> None:
@@ -76,9 +83,11 @@ def grant_workspace(project: Path, host_uid: int, runner_uid: int, log: Log) -> 
                        "setfacl is missing (package acl); re-run site.yml")
 
     def granted() -> bool:
+        # The mask bounds every named entry: a `chmod 755` on the project narrows it to
+        # r-x, and the workload could no longer write although its entry says rwx.
         access, dflt = acl_users(project), acl_users(project, default=True)
-        return (access.get(host_uid) == _RWX and dflt.get(host_uid) == _RWX
-                and dflt.get(runner_uid) == _RWX)
+        return all(d.get(k) == _RWX for d, k in ((access, host_uid), (access, _MASK), (dflt, host_uid),
+                                                 (dflt, runner_uid), (dflt, _MASK)))
 
     if granted():
         return
