@@ -14,6 +14,7 @@ from . import __version__
 from .hoststate import HostStateError, paths
 from .hoststate import egress as egress_state
 from .hoststate import engine as engine_state
+from .hoststate import secrets as secrets_state
 
 # Exit codes shared by every subcommand (documented in docs/cli.md).
 EXIT_OK = 0
@@ -79,6 +80,14 @@ def _workflow_check(args: argparse.Namespace) -> int:
     from . import workflow
 
     bad = 0
+    try:
+        # The secrets the workflows may name: the description the roles are about to
+        # write (--secrets, from kooi_secrets) or the host's own.
+        store = (secrets_state.parse(args.secrets, "--secrets") if args.secrets is not None
+                 else secrets_state.load())
+    except HostStateError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
     if args.inline is not None:
         try:
             flows = json.loads(args.inline)
@@ -90,12 +99,20 @@ def _workflow_check(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         for name, data in flows.items():
             errors = workflow.check_inline(name, data, source=f"{args.source}: {name}")
+            if not errors:
+                errors = workflow.secret_errors(
+                    data.get("secrets"), data.get("mode", "container"),
+                    data.get("network") == "proxy" or bool(data.get("testcontainers")),
+                    data.get("environment") or {}, f"{args.source}: {name}", store)
             for e in errors:
                 print(e, file=sys.stderr)
             bad += bool(errors)
     for f in args.files:
         try:
             wf = workflow.parse(Path(f), args.name)
+            errors = workflow.secret_errors_of(wf, store)
+            if errors:
+                raise workflow.WorkflowError("\n".join(errors))
             print(f"{f}: ok ({wf.name}, {wf.mode})")
         except workflow.WorkflowError as exc:
             print(exc, file=sys.stderr)
@@ -385,6 +402,49 @@ def _egress(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _secrets(args: argparse.Namespace) -> int:
+    from . import inject
+
+    try:
+        cfg = secrets_state.load(args.secrets_config)
+    except HostStateError as exc:
+        print(f"kooi secrets: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if cfg is None:
+        print(f"kooi secrets: {args.secrets_config} not found: this host holds no secrets "
+              "(role secrets, kooi_secrets)", file=sys.stderr)
+        return EXIT_USAGE if args.action != "status" else EXIT_NOT_RUNNING
+    try:
+        if args.action == "serve":
+            return inject.serve(cfg)
+        if args.action == "list":
+            out: dict[str, Any] = {n: {"mode": s.mode, "env": s.env, "upstream": s.upstream or None,
+                                       "paths": list(s.paths) or None} for n, s in cfg.secrets.items()}
+        elif args.action == "start":
+            out = {"started": inject.start(cfg)}
+        elif args.action == "stop":
+            out = {"stopped": inject.stop(cfg)}
+        else:
+            out = inject.status(cfg)
+    except inject.InjectError as exc:
+        print(f"kooi secrets {args.action}: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    if args.json or args.action in ("start", "stop"):
+        print(json.dumps(out, indent=2 if args.action in ("status", "list") else None))
+    elif args.action == "list":
+        for n, d in out.items():
+            print(f"{n}: {d['mode']} as ${d['env']}" + (f", to {d['upstream']} {' '.join(d['paths'])}"
+                                                      if d["mode"] == "inject" else ""))
+    elif out["up"]:
+        print(f"injector: up (pid {out['pid']}, uid {out['uid']}, {out['listen']}, {out['runs']} run(s) "
+              f"registered; secrets {', '.join(out['secrets']) or 'none'})")
+    else:
+        print(f"injector: DOWN ({out['detail']})")
+    if args.action == "status":
+        return EXIT_OK if out["up"] else EXIT_NOT_RUNNING
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kooi", description=__doc__)
     p.add_argument("--version", action="version", version=f"kooi {__version__}")
@@ -410,6 +470,15 @@ def build_parser() -> argparse.ArgumentParser:
     eg.add_argument("--denied", action="store_true", help="log: only refused requests")
     eg.add_argument("--follow", "-f", action="store_true", help="log: keep printing new entries")
     eg.set_defaults(func=_egress)
+
+    sc = sub.add_parser("secrets", help="the secrets a workflow may name and the injector that adds them "
+                        "to requests outside the sandbox: list, status, start, stop, serve")
+    sc.add_argument("action", choices=("list", "status", "start", "stop", "serve"),
+                    help="serve: run the injector in the foreground (root; it drops to its own user)")
+    sc.add_argument("--secrets-config", default=str(secrets_state.PATH),
+                    help="secrets description written by site.yml (default: %(default)s)")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=_secrets)
 
     r = sub.add_parser("run", help="run a workflow on this host (for cron and pipelines)",
                        description="Run workflow NAME from /etc/kooi/workflows on a project. Exit code: the "
@@ -437,6 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
     wc.add_argument("--name", help="the name a single file will be installed under (default: its file name)")
     wc.add_argument("--inline", metavar="JSON", help="also check a JSON mapping of name to workflow definition")
     wc.add_argument("--source", default="kooi_workflows", help="what to call the --inline mapping in errors")
+    wc.add_argument("--secrets", metavar="JSON", help="check secret names against this secrets description "
+                    "(the form of /etc/kooi/secrets.json) instead of the host's")
     wc.set_defaults(func=_workflow_check)
 
     i = sub.add_parser("image", help="build, verify and pin the runner image")

@@ -20,6 +20,8 @@ from typing import Any
 import yaml
 
 from .hoststate import paths
+from .hoststate.secrets import PATH as SECRETS_PATH
+from .hoststate.secrets import SecretsConfig
 
 WORKFLOW_DIR = Path(os.environ.get("KOOI_WORKFLOW_DIR", paths.WORKFLOWS))
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "workflow.schema.json"
@@ -55,6 +57,7 @@ class Workflow:
     testcontainers: bool = False
     min_isolation: str | None = None
     description: str = ""
+    secrets: tuple[str, ...] = ()
 
 
 @lru_cache(maxsize=1)
@@ -172,10 +175,18 @@ def validate(data: Any, source: str) -> list[str]:
             msgs.append(f"{source}: key 'image': only container mode runs an image; remove it for mode jail")
         if data.get("mode") == "jail" and data.get("testcontainers"):
             msgs.append(f"{source}: key 'testcontainers': a jail gets no container engine; use mode container")
+        names = data.get("secrets") or []
+        if len(set(names)) != len(names):
+            msgs.append(f"{source}: key 'secrets': a secret is named twice")
         wd = data.get("workdir", ".")
         if ".." in Path(wd).parts:
             msgs.append(f"{source}: key 'workdir': {wd!r} leaves the project ('..' is not allowed)")
     return msgs
+
+
+def secret_errors_of(wf: Workflow, store: SecretsConfig | None) -> list[str]:
+    return secret_errors(wf.secrets, wf.mode, wf.network == "proxy" or wf.testcontainers, wf.environment,
+                         str(wf.path), store)
 
 
 def check_inline(name: Any, data: Any, source: str) -> list[str]:
@@ -232,7 +243,39 @@ def parse(path: Path, name: str | None = None) -> Workflow:
         limits=Limits(lim.get("memory"), lim.get("cpus"), lim.get("pids")),
         tmpfs_size=data.get("tmpfs_size", "1g"), network=data.get("network", "none"),
         testcontainers=bool(data.get("testcontainers", False)),
-        min_isolation=data.get("min_isolation"), description=data.get("description", ""))
+        min_isolation=data.get("min_isolation"), description=data.get("description", ""),
+        secrets=tuple(data.get("secrets") or ()))
+
+
+def secret_errors(names: Any, mode: str, networked: bool, environment: dict[str, Any], source: str,
+                  store: SecretsConfig | None) -> list[str]:
+    """Errors of a workflow's SECRETS against the host's secrets description STORE
+    (None: the host has none): unknown names, secrets whose variable the workflow's
+    own environment also sets, inject secrets in a jail (it has no path to the
+    injector) or without a network (NETWORKED: network proxy or testcontainers)."""
+    names = [n for n in names or [] if isinstance(n, str)]
+    if not names:
+        return []
+    if store is None:
+        return [f"{source}: key 'secrets': this host has no secrets store ({SECRETS_PATH} is missing); "
+                "provision the secrets with site.yml (role secrets, kooi_secrets) or remove the key"]
+    errs = []
+    for n in names:
+        s = store.secrets.get(n)
+        if s is None:
+            errs.append(f"{source}: key 'secrets': unknown secret {n!r} (this host has: "
+                        f"{', '.join(sorted(store.secrets)) or 'none'}); add it to kooi_secrets and re-run site.yml")
+            continue
+        for var in (s.env, s.base_url_env):
+            if var and var in (environment or {}):
+                errs.append(f"{source}: key 'environment.{var}': secret {n!r} sets it; remove it from environment")
+        if mode == "jail":
+            errs.append(f"{source}: key 'secrets': {n!r}: jails get no secrets (a jail runs as the runner on "
+                        "the host and has no path to the injector); use mode container")
+        elif s.mode == "inject" and not networked:
+            errs.append(f"{source}: key 'secrets': {n!r} is injected by the host, which the workload reaches "
+                        "on its proxy path; set network: proxy")
+    return errs
 
 
 def load(name: str, directory: Path = WORKFLOW_DIR) -> Workflow:

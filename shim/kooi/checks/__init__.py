@@ -15,6 +15,7 @@ from . import confinement as _confinement  # noqa: F401  (registers the ID-* che
 from . import policy as _policy  # noqa: F401  (registers the POL-* checks)
 from . import network as _network  # noqa: F401  (registers the NET-* and POL-EGRESS checks)
 from . import apparmor as _apparmor  # noqa: F401  (registers the HOST-APPARMOR-* and ID-APPARMOR checks)
+from . import secrets as _secrets  # noqa: F401  (registers the HOST-SECRETS-* checks)
 from . import runs as _runs  # noqa: F401  (registers the RUN-* checks)
 # isort: on
 

@@ -90,6 +90,8 @@ MAP: dict[str, list[str]] = {
     "NET-EGRESS-RULES": [],
     "NET-EGRESS-CONFINED": [],
     "NET-EGRESS-PROXY": [],
+    "HOST-SECRETS-STORE": [],
+    "HOST-SECRETS-INJECTOR": [],
     "RUN-RESULT": [],
     "RUN-TIMEOUT": [],
     "RUN-LOCK": [],

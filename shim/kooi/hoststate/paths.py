@@ -18,6 +18,11 @@ IMAGE_LOCK = f"{ETC}/images/runner.lock.yml"
 EGRESS = f"{ETC}/egress.json"
 APPARMOR = f"{ETC}/apparmor.json"
 FUSE = f"{ETC}/fuse.json"
+SECRETS = f"{ETC}/secrets.json"
+SECRETS_DIR = f"{ETC}/secrets"
+INJECT_RUN_DIR = "/run/kooi-inject"
+INJECT_CONTROL = f"{INJECT_RUN_DIR}/control.sock"
+INJECT_LOG_DIR = "/var/log/kooi/inject"
 WORKFLOWS = f"{ETC}/workflows"
 SECCOMP_DIR = f"{ETC}/seccomp"
 AUTHZ_TOKEN = f"{ETC}/authz/token"
@@ -35,6 +40,8 @@ BIN = "/usr/local/bin/kooi"
 ALL: dict[str, str] = {
     "etc": ETC, "engine": ENGINE, "engine_dir": ENGINE_DIR, "images": IMAGES,
     "image_lock": IMAGE_LOCK, "egress": EGRESS, "apparmor": APPARMOR, "fuse": FUSE,
+    "secrets": SECRETS, "secrets_dir": SECRETS_DIR, "inject_run_dir": INJECT_RUN_DIR,
+    "inject_control": INJECT_CONTROL, "inject_log_dir": INJECT_LOG_DIR,
     "workflows": WORKFLOWS, "seccomp_dir": SECCOMP_DIR, "authz_token": AUTHZ_TOKEN,
     "authz_plugin": AUTHZ_PLUGIN, "authz_socket": AUTHZ_SOCKET, "runs": RUNS,
     "brokers": BROKERS, "egress_settings": EGRESS_SETTINGS,

@@ -93,6 +93,8 @@ class ContainerBackend:
         self.access: BrokeredEngine | None = None
         self.settings: Path | None = None
         self.pump: threading.Thread | None = None
+        self.proxy_host: str | None = None
+        self.registered = False
 
     def prepare(self, ctx: RunContext) -> None:
         self.ctx = ctx
@@ -132,6 +134,8 @@ class ContainerBackend:
             self.access.open(body)
         if eg is not None:
             self.settings = self._wire_egress(eg, body, img)
+        if wf.secrets:
+            self._wire_secrets(body)
         self.name = f"kooi-{ctx.run_id}"
         self.container = client.create({**body, "Image": pin.id}, name=self.name)
         if self.access:
@@ -158,8 +162,11 @@ class ContainerBackend:
             host_config["NetworkMode"] = "bridge"
         # Nested containers and the engine's addresses are reached directly, never through
         # the proxy (which refuses private destinations anyway).
-        java_skip = ["10.*", "172.*", "192.168.*"]
-        env = egress.proxy_env(host, eg.port, ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"], java_skip)
+        # The host itself by name too (the injector listens there; not every client
+        # reads CIDRs in no_proxy).
+        java_skip = [host, "10.*", "172.*", "192.168.*"]
+        env = egress.proxy_env(host, eg.port, [host, "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"], java_skip)
+        self.proxy_host = host
         settings_dir = ctx.run_dir / "egress"
         settings_dir.mkdir(mode=0o755, exist_ok=True)
         settings = settings_dir / f"{ctx.run_id}-maven-settings.xml"
@@ -175,6 +182,47 @@ class ContainerBackend:
         res.egress["proxy"] = f"http://{host}:{eg.port}"
         ctx.log.note(f"egress: through the proxy at {res.egress['proxy']} only")
         return settings
+
+    def _wire_secrets(self, body: dict[str, Any]) -> None:
+        """Register the run with the injector: the workload gets a placeholder and the
+        injector's address for each inject secret (the value stays on the host) and
+        the value of each environment secret."""
+        from .. import inject
+
+        assert self.ctx is not None and self.ctx.secrets is not None
+        ctx, sc, res = self.ctx, self.ctx.secrets, self.ctx.res
+        injected = [n for n in ctx.wf.secrets if sc.secrets[n].mode == "inject"]
+        if injected and not self.proxy_host:
+            raise unavailable(f"secrets {', '.join(injected)}: the injector is reached on the run's proxy path, "
+                              "and this host has no egress control (kooi_egress_enabled); enable it and re-run "
+                              "site.yml")
+        try:
+            doc = inject.call(sc, {"op": "register", "run": ctx.run_id, "workflow": ctx.wf.name,
+                                   "directory": str(ctx.wf.path.parent)})
+        except inject.InjectError as exc:
+            raise unavailable(f"secrets: {exc}") from None
+        self.registered = True
+        env: dict[str, str] = {}
+        base = f"http://{self.proxy_host}:{sc.injector.port}"
+        record: dict[str, Any] = {"injected": {}, "environment": []}
+        for name, token in doc["placeholders"].items():
+            sdef = sc.secrets[name]
+            env[sdef.env] = token
+            if sdef.base_url_env:
+                env[sdef.base_url_env] = base
+            record["injected"][name] = {"env": sdef.env, "base_url": base, "upstream": sdef.upstream,
+                                        "paths": list(sdef.paths)}
+        for name in ctx.wf.secrets:
+            if sc.secrets[name].mode == "environment":
+                record["environment"].append(name)
+        env.update(doc["environment"])
+        set_env(body, {**env_of(body), **env})
+        res.secrets = record
+        parts = [f"{n} injected by the host for {sc.secrets[n].upstream} (the workload holds a placeholder)"
+                 for n in record["injected"]]
+        parts += [f"{n} as plain environment ${sc.secrets[n].env} (readable by the whole workload)"
+                  for n in record["environment"]]
+        ctx.log.note("secrets: " + "; ".join(parts))
 
     def start(self) -> None:
         assert self.ctx is not None and self.client is not None and self.container is not None
@@ -224,5 +272,29 @@ class ContainerBackend:
                 pass
         if self.access:
             self.access.close(self.ctx.res)
+        if self.registered and self.ctx.secrets is not None:
+            self._release_secrets()
         if self.settings is not None:
             self.settings.unlink(missing_ok=True)
+
+    def _release_secrets(self) -> None:
+        """The placeholders die with the run; the injector's record of the run (what it
+        forwarded, what it refused) goes into the result."""
+        from .. import inject
+
+        assert self.ctx is not None and self.ctx.secrets is not None
+        res = self.ctx.res
+        try:
+            rec = inject.call(self.ctx.secrets, {"op": "release", "run": self.ctx.run_id}).get("record") or {}
+        except inject.InjectError as exc:
+            res.warn(self.ctx.log, f"secrets: could not release the run's placeholders ({exc}); they expire "
+                     "with the run's timeout")
+            return
+        self.registered = False
+        if res.secrets is not None:
+            res.secrets["forwarded"] = rec.get("forwarded", 0)
+            res.secrets["refused"] = rec.get("refused", [])
+            res.secrets["requests"] = rec.get("requests", [])
+        for r in rec.get("refused", []):
+            self.ctx.log.note(f"secrets: the injector refused {r['method']} {r['path']} ({r['status']}: "
+                              f"{r.get('reason', '')})")

@@ -15,9 +15,11 @@ from .. import apparmor
 from ..hoststate import HostStateError
 from ..hoststate import apparmor as apparmor_state
 from ..hoststate import egress as egress_state
+from ..hoststate import secrets as secrets_state
 from ..hoststate.apparmor import AppArmorState
 from ..hoststate.egress import EgressConfig
 from ..hoststate.engine import EngineConfig
+from ..hoststate.secrets import SecretsConfig
 from ..workflow import Workflow
 from .errors import Log, Result, refused, unavailable
 
@@ -37,6 +39,7 @@ class RunContext:
     # Host state, read once (load_host_state): None where off by intent.
     egress: EgressConfig | None = None
     apparmor: AppArmorState | None = None
+    secrets: SecretsConfig | None = None
     cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     def confinement(self, decide: Callable[[AppArmorState | None], T]) -> T:
@@ -77,11 +80,14 @@ class RunContext:
         return self.wf.network == "proxy" or self.wf.testcontainers
 
 
-def load_host_state(cfg: EngineConfig, wf: Workflow) -> tuple[EgressConfig | None, AppArmorState | None]:
-    """The egress and AppArmor descriptions (as root: kooi run reads them before it drops)."""
+def load_host_state(cfg: EngineConfig, wf: Workflow) -> tuple[EgressConfig | None, AppArmorState | None,
+                                                             SecretsConfig | None]:
+    """The egress, AppArmor and secrets descriptions (as root: kooi run reads them
+    before it drops)."""
     try:
         eg = egress_state.load_for(cfg) if (wf.network == "proxy" or wf.testcontainers) else None
         aa = apparmor_state.load()
+        sc = secrets_state.load() if wf.secrets else None
     except HostStateError as exc:
         raise unavailable(str(exc)) from None
-    return eg, aa
+    return eg, aa, sc

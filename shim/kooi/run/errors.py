@@ -65,6 +65,7 @@ class Result:
     egress: dict[str, Any] | None = None
     apparmor: dict[str, Any] | None = None
     seccomp: dict[str, Any] | None = None
+    secrets: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -87,7 +87,17 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         if wf.min_isolation and workflow.isolation_rank(res.isolation) < workflow.isolation_rank(wf.min_isolation):
             raise refused(f"workflow {name} requires isolation {wf.min_isolation} or stronger; "
                           f"this run would get {res.isolation} ({wf.mode} mode on a {cfg.mode} host)")
-        eg, aa = load_host_state(cfg, wf)
+        eg, aa, sc = load_host_state(cfg, wf)
+        secret_errors = workflow.secret_errors_of(wf, sc)
+        if secret_errors:
+            raise workflow.WorkflowError("\n".join(secret_errors))
+        if os.geteuid() == 0 and sc is not None and any(sc.secrets[n].mode == "inject" for n in wf.secrets):
+            from .. import inject
+
+            try:
+                inject.start(sc)  # where no service manager does
+            except inject.InjectError as exc:
+                raise unavailable(f"secrets: {exc}") from None
         if os.geteuid() == 0 and eg is not None:
             # Root (cron, a pipeline): re-apply the rules and start the proxy where no
             # service manager does (hosts without systemd, after a reboot).
@@ -113,7 +123,8 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         lock.acquire(wait)
         log.note(f"run {run_id}: workflow {wf.name} ({wf.mode}, isolation {res.isolation}) on {project}")
         ctx = RunContext(wf, cfg, project, run_id, run_dir, res, log,
-                         interrupted=lambda: got_signal[0] if got_signal else None, egress=eg, apparmor=aa)
+                         interrupted=lambda: got_signal[0] if got_signal else None, egress=eg, apparmor=aa,
+                         secrets=sc)
         res.exit_code = backend.run(new_backend(wf.mode), ctx)
         res.reason = "ok" if res.exit_code == 0 else "failed"
         res.message = "the workload succeeded" if res.exit_code == 0 else \
