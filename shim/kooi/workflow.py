@@ -58,6 +58,7 @@ class Workflow:
     min_isolation: str | None = None
     description: str = ""
     secrets: tuple[str, ...] = ()
+    unprotected_paths: tuple[str, ...] = ()
 
 
 @lru_cache(maxsize=1)
@@ -244,7 +245,7 @@ def parse(path: Path, name: str | None = None) -> Workflow:
         tmpfs_size=data.get("tmpfs_size", "1g"), network=data.get("network", "none"),
         testcontainers=bool(data.get("testcontainers", False)),
         min_isolation=data.get("min_isolation"), description=data.get("description", ""),
-        secrets=tuple(data.get("secrets") or ()))
+        secrets=tuple(data.get("secrets") or ()), unprotected_paths=tuple(data.get("unprotected_paths") or ()))
 
 
 def secret_errors(names: Any, mode: str, networked: bool, environment: dict[str, Any], source: str,

