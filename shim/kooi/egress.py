@@ -308,6 +308,7 @@ def parse_line(line: str) -> dict[str, Any] | None:
                  "server": None if f[5] == "-" else f[5], "bytes": int(f[6]), "ms": int(f[7])}
     except ValueError:
         return None
+    entry["port"] = int(f[8]) if len(f) > 8 and f[8].isdigit() else None  # the proxy port it came in on
     entry["denied"] = "DENIED" in result
     host = entry["url"]
     if "://" in host:
@@ -338,6 +339,37 @@ def read_log(cfg: EgressConfig, denied_only: bool = False, follow: bool = False,
             entry = parse_line(line)
             if entry and (entry["denied"] or not denied_only):
                 yield entry
+
+
+def run_record(cfg: EgressConfig, port: int, since: float, until: float) -> dict[str, Any]:
+    """What the proxy did for the run that held PORT from SINCE to UNTIL (epoch
+    seconds): its requests counted, its refusals listed (the first 100)."""
+    path = Path(cfg.run_log)
+    refused: list[dict[str, Any]] = []
+    allowed = 0
+    try:
+        fh = open(path, errors="replace")
+    except OSError as exc:
+        return {"requests": None, "refused": [], "note": f"cannot read {path} ({exc.strerror or exc})"}
+    with fh:
+        for line in fh:
+            f = line.split(maxsplit=1)
+            try:
+                ts = float(f[0])
+            except (ValueError, IndexError):
+                continue
+            if ts < since - 1 or ts > until + 1:
+                continue
+            e = parse_line(line)
+            if e is None or e["port"] != port:
+                continue
+            if e["denied"]:
+                if len(refused) < 100:
+                    refused.append({"time": e["time"], "method": e["method"], "host": e["host"],
+                                    "status": e["status"]})
+            else:
+                allowed += 1
+    return {"requests": allowed + len(refused), "refused": refused}
 
 
 def format_entry(e: dict[str, Any]) -> str:

@@ -195,6 +195,11 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         return entry
 
     def _refuse(self, status: int, kind: str, message: str, rec: RunRecord | None, secret: str) -> None:
+        # Recorded before the answer goes out: a run released right after it has it.
+        entry = self._log(rec.run if rec else "-", secret, status, "refused", reason=message)
+        if rec is not None:
+            self.server.registry.note(rec, {k: entry[k] for k in ("time", "method", "path", "status", "reason")},
+                                      refused=True)
         body = _error_body(kind, message)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -203,10 +208,6 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
-        entry = self._log(rec.run if rec else "-", secret, status, "refused", reason=message)
-        if rec is not None:
-            self.server.registry.note(rec, {k: entry[k] for k in ("time", "method", "path", "status", "reason")},
-                                      refused=True)
 
     def _credential(self) -> str:
         """The placeholder the request carries, in x-api-key or as a bearer token
@@ -272,6 +273,10 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 self._refuse(502, "api_error", f"upstream {sdef.upstream} failed: {exc.__class__.__name__}",
                              rec, name)
                 return
+            # Recorded before the answer goes out: a run released right after it has it.
+            self.server.registry.note(rec, {"time": round(time.time(), 3), "method": self.command,
+                                            "path": self.path.split("?", 1)[0][:512], "status": resp.status},
+                                      refused=False)
             self.send_response_only(resp.status, resp.reason)
             for k, v in resp.getheaders():
                 if k.lower() not in DROP_RESPONSE:
@@ -297,10 +302,8 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 if chunked:
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
-            entry = self._log(rec.run, name, resp.status, "forwarded", bytes_in=len(body), bytes_out=sent,
-                              ms=round((time.monotonic() - t0) * 1000, 1))
-            reg_entry = {k: entry[k] for k in ("time", "method", "path", "status", "bytes_out", "ms")}
-            self.server.registry.note(rec, reg_entry, refused=False)
+            self._log(rec.run, name, resp.status, "forwarded", bytes_in=len(body), bytes_out=sent,
+                      ms=round((time.monotonic() - t0) * 1000, 1))
         finally:
             up.close()
 

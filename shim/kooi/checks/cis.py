@@ -95,6 +95,7 @@ MAP: dict[str, list[str]] = {
     "RUN-RESULT": [],
     "RUN-TIMEOUT": [],
     "RUN-LOCK": [],
+    "RUN-PROJECT-GUARD": [],
     "RUN-CLEANUP": [],
 }
 

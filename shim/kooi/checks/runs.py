@@ -156,6 +156,37 @@ def run_lock(host: Host, ctx: Context) -> Outcome:
     return PASS, "second run refused with rc 75 (busy) while the first ran; the first finished ok"
 
 
+@check("RUN-PROJECT-GUARD", "the project's protected paths are read-only while a run lasts and put back after it",
+       "a workload leaving a git hook, git configuration or an .envrc that runs on the host at the next git "
+       "command or cd, outside the cage")
+def run_project_guard(host: Host, ctx: Context) -> Outcome:
+    if (why := _available(host, ctx)) is not None:
+        return NA, why
+    r = shlex.quote(ctx.runner)
+    host.run(f"runuser -u {r} -- mkdir -p {PROJECT}/.git/hooks && rm -f {PROJECT}/.envrc "
+             f"{PROJECT}/.git/hooks/post-checkout")
+    _script(host, ctx, "cd /workspace; (echo evil > .git/hooks/post-checkout) 2>/dev/null && echo HOOK=written; "
+                       "echo evil > .envrc; echo GUARD-DONE")
+    rc, res, out = _run(host, ctx, "runcheck-guard")
+    if res is None:
+        return FAIL, f"no JSON result (rc={rc}): {out.strip()[-200:]}"
+    bad = []
+    log = host.file(res.get("log") or "/nonexistent")
+    text = log.content_string if log.exists else ""
+    if "GUARD-DONE" not in text:
+        bad.append(f"the workload did not run to its end (rc={rc})")
+    if "HOOK=written" in text:
+        bad.append(".git/hooks was writable while the run lasted")
+    if host.file(f"{PROJECT}/.git/hooks/post-checkout").exists or host.file(f"{PROJECT}/.envrc").exists:
+        bad.append("a protected path the workload wrote is still there after the run")
+    guard = res.get("project_guard") or {}
+    if {"path": ".envrc", "change": "created"} not in guard.get("refused", []):
+        bad.append(f"the result does not list the .envrc it put back: {guard.get('refused')}")
+    if bad:
+        return FAIL, "; ".join(bad)
+    return PASS, ".git/hooks read-only during the run (EROFS); the .envrc it created was removed and listed"
+
+
 @check("RUN-CLEANUP", "nothing of a finished run is left: containers, networks, the scratch script's runs",
        "leftover containers holding the project, the engine or resources after their run")
 def run_cleanup(host: Host, ctx: Context) -> Outcome:

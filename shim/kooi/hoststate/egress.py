@@ -31,6 +31,11 @@ class EgressConfig:
     pid_file: str = "/run/kooi-egress/squid.pid"
     systemd_unit: str = ""
     enabled: bool = True
+    # Per-run ports (a run holds one while it lasts) and the log of their requests,
+    # readable by the runner's group: how a run finds its own refusals.
+    run_port_first: int = 0
+    run_port_count: int = 0
+    run_log: str = ""
 
 
 def parse(text: str, source: str = str(PATH)) -> EgressConfig:

@@ -11,10 +11,10 @@ its options) and jail.JailBackend (bubblewrap on the host).
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from .context import RunContext
-from .errors import EXIT_TIMEOUT, Interrupted, RunError, refused
+from .errors import EXIT_TIMEOUT, Interrupted, Result, RunError, refused
 from .guard import Guard, GuardError
 
 
@@ -74,6 +74,7 @@ def run(backend: Backend, ctx: RunContext) -> int:
         return supervise(backend, ctx)
     finally:
         backend.cleanup()
+        ctx.release_run_port()
         ctx.res.project_guard = record = guard.check()
         for r in record["refused"]:
             ctx.log.note(f"project: refused a change to protected {r['path']} ({r['change']}); put back")
@@ -82,3 +83,18 @@ def run(backend: Backend, ctx: RunContext) -> int:
         if record["watched_changed"]:
             ctx.log.note("project: changed " + ", ".join(f"{c['path']} ({c['change']})"
                                                         for c in record["watched_changed"]))
+
+
+def refusals(res: Result) -> list[dict[str, Any]]:
+    """One record of what the cage refused this run: the broker's (engine requests),
+    the proxy's (egress), the injector's (secrets) and the project guard's."""
+    out: list[dict[str, Any]] = []
+    for r in (res.broker or {}).get("refusals", []):
+        out.append({"by": "broker", "what": r})
+    for r in (res.egress or {}).get("refused", []):
+        out.append({"by": "egress", "what": f"{r['method']} {r['host']} ({r['status']})", "time": r["time"]})
+    for r in (res.secrets or {}).get("refused", []):
+        out.append({"by": "secrets", "what": f"{r['method']} {r['path']} ({r['status']}: {r.get('reason', '')})"})
+    for r in (res.project_guard or {}).get("refused", []):
+        out.append({"by": "project", "what": f"{r['path']} ({r['change']}; put back)"})
+    return out

@@ -169,12 +169,12 @@ class ContainerBackend:
         # The host itself by name too (the injector listens there; not every client
         # reads CIDRs in no_proxy).
         java_skip = [host, "10.*", "172.*", "192.168.*"]
-        env = egress.proxy_env(host, eg.port, [host, "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"], java_skip)
+        env = egress.proxy_env(host, ctx.proxy_port, [host, "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"], java_skip)
         self.proxy_host = host
         settings_dir = ctx.run_dir / "egress"
         settings_dir.mkdir(mode=0o755, exist_ok=True)
         settings = settings_dir / f"{ctx.run_id}-maven-settings.xml"
-        settings.write_text(egress.maven_settings(host, eg.port, java_skip))
+        settings.write_text(egress.maven_settings(host, ctx.proxy_port, java_skip))
         settings.chmod(0o644)
         host_config["Mounts"].append(bind(MAVEN_SETTINGS, str(settings), read_only=True))
         image_env = dict(e.split("=", 1) for e in (img_attrs.get("Config") or {}).get("Env") or [] if "=" in e)
@@ -183,7 +183,7 @@ class ContainerBackend:
         mine["MAVEN_ARGS"] = f"{maven_args} --global-settings {MAVEN_SETTINGS}".strip()
         set_env(body, {**env, **mine})
         assert res.egress is not None
-        res.egress["proxy"] = f"http://{host}:{eg.port}"
+        res.egress["proxy"] = f"http://{host}:{ctx.proxy_port}"
         ctx.log.note(f"egress: through the proxy at {res.egress['proxy']} only")
         return settings
 

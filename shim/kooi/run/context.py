@@ -6,6 +6,7 @@ must be, and nowhere else in a run."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,10 @@ class RunContext:
     apparmor: AppArmorState | None = None
     secrets: SecretsConfig | None = None
     guard: Guard | None = None
+    # The proxy port this run holds (egress_preflight): a per-run port where one is free.
+    proxy_port: int = 0
+    proxy_port_lock: int | None = None
+    proxy_since: float = 0.0
     cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     def confinement(self, decide: Callable[[AppArmorState | None], T]) -> T:
@@ -75,7 +80,41 @@ class RunContext:
         self.res.egress = {"proxy": "", "rules": why, "proxy_up": up}
         if not up:
             self.res.warn(self.log, f"{detail}: the workload has no egress at all (start it: kooi egress start)")
+        self._hold_run_port(eg)
         return eg
+
+    def _hold_run_port(self, eg: EgressConfig) -> None:
+        """Hold a per-run proxy port (a lock for as long as the run lasts), so the
+        proxy's log tells this run's requests from any other's."""
+        import fcntl
+
+        self.proxy_port = eg.port
+        for port in range(eg.run_port_first, eg.run_port_first + eg.run_port_count):
+            fd = os.open(self.run_dir / "locks" / f"egress-port-{port}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.proxy_port, self.proxy_port_lock, self.proxy_since = port, fd, time.time()
+            return
+        if eg.run_port_count:
+            self.res.warn(self.log, f"all {eg.run_port_count} per-run proxy ports are in use: this run shares "
+                          f"port {eg.port}, and its egress refusals cannot be told from other runs'")
+
+    def release_run_port(self) -> None:
+        """After the run: the proxy's record of it into the result, and the port free."""
+        if self.proxy_port_lock is None or self.egress is None or self.res.egress is None:
+            return
+        from .. import egress
+
+        time.sleep(0.2)  # the proxy logs a request when it ends
+        rec = egress.run_record(self.egress, self.proxy_port, self.proxy_since, time.time())
+        self.res.egress.update(rec)
+        for r in rec["refused"]:
+            self.log.note(f"egress: the proxy refused {r['method']} {r['host']} ({r['status']})")
+        os.close(self.proxy_port_lock)
+        self.proxy_port_lock = None
 
     @property
     def wants_network(self) -> bool:

@@ -67,6 +67,7 @@ class Result:
     seccomp: dict[str, Any] | None = None
     secrets: dict[str, Any] | None = None
     project_guard: dict[str, Any] | None = None
+    refused: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

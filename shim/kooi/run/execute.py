@@ -144,6 +144,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             signal.signal(s, h)
         if lock:
             lock.release()
+        res.refused = backend.refusals(res)
         res.end = now()
         res.duration_s = round(time.monotonic() - t0, 3)
         log.note(f"{res.reason}: {res.message} (exit {res.exit_code}, {res.duration_s} s)")

@@ -90,12 +90,12 @@ class JailBackend:
         proxy = None
         eg = ctx.egress_preflight()
         if eg is not None:
-            self.bridge = bridge = egress.JailBridge(ctx.run_dir / "jails" / secrets.token_hex(8), eg.port)
-            (bridge.dir / "maven-settings.xml").write_text(egress.maven_settings("127.0.0.1", eg.port, []))
+            self.bridge = bridge = egress.JailBridge(ctx.run_dir / "jails" / secrets.token_hex(8), ctx.proxy_port)
+            (bridge.dir / "maven-settings.xml").write_text(egress.maven_settings("127.0.0.1", ctx.proxy_port, []))
             assert res.egress is not None
-            res.egress["proxy"] = f"http://127.0.0.1:{eg.port}"
+            res.egress["proxy"] = f"http://127.0.0.1:{ctx.proxy_port}"
             log.note("egress: through the proxy only (a socket bridge; the jail has no network)")
-            proxy = (bridge.dir, eg.port)
+            proxy = (bridge.dir, ctx.proxy_port)
         conf, prefix = ctx.confinement(apparmor.for_jail)
         res.apparmor = conf.as_dict()
         log.note(conf.note)
