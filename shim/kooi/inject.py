@@ -53,7 +53,10 @@ from .hoststate.secrets import SecretDef, SecretsConfig, value_path
 
 PLACEHOLDER_PREFIX = "kooi-placeholder-"
 RUN_RE = re.compile(r"^[A-Za-z0-9._-]{1,160}$")
-MAX_BODY = 64 << 20
+MAX_BODY = 32 << 20  # the Messages API's own request limit
+# Requests forwarded at once, over all runs: a workload cannot exhaust the host with
+# connections (each also has a socket timeout).
+MAX_CONCURRENT = 64
 MAX_RECORDED = 200
 # Hop-by-hop headers (RFC 9110 7.6.1) and every header that may carry a credential or
 # route the request: never forwarded as the client sent them.
@@ -183,6 +186,8 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
     server_version = "kooi-inject"
     sys_version = ""
     disable_nagle_algorithm = True
+    # A client that sends nothing (or reads nothing) for this long is dropped.
+    timeout = 300
     server: ProxyServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -249,13 +254,20 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self._refuse(413, "invalid_request_error", "missing, malformed or too large Content-Length", rec, name)
             return
-        body = self.rfile.read(length) if length else b""
-        self._forward(rec, name, sdef, body)
+        if not self.server.slots.acquire(blocking=False):
+            self.close_connection = True
+            self._refuse(429, "rate_limit_error", f"more than {MAX_CONCURRENT} requests at once", rec, name)
+            return
+        try:
+            body = self.rfile.read(length) if length else b""
+            self._forward(rec, name, sdef, body)
+        finally:
+            self.server.slots.release()
 
     def _forward(self, rec: RunRecord, name: str, sdef: SecretDef, body: bytes) -> None:
         conn_tokens = {t.strip().lower() for t in self.headers.get("connection", "").split(",")}
         headers = {k: v for k, v in self.headers.items()
-                   if k.lower() not in DROP_REQUEST and k.lower() not in conn_tokens}
+                   if k.lower() not in DROP_REQUEST and k.lower() not in conn_tokens and k.lower() != sdef.header.lower()}
         port = sdef.upstream_port
         headers["Host"] = sdef.upstream_host if port == 443 else f"{sdef.upstream_host}:{port}"
         value = self.server.values[name].decode()
@@ -321,6 +333,7 @@ class ProxyServer(http.server.ThreadingHTTPServer):
                  registry: Registry) -> None:
         self.cfg, self.values, self.registry = cfg, values, registry
         self.tls = {n: tls_context(s) for n, s in cfg.injected.items()}
+        self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
         self.log_lock = threading.Lock()
         self.log_file: Any = None
         super().__init__(addr, ProxyHandler)

@@ -138,7 +138,9 @@ def host_connect(user: str | None, addr: str, port: int = 80, prefix: tuple[str,
 def test_a_workload_gets_out_only_through_the_proxy_and_only_to_allowed_names(host, probe_wf, project):
     since = time.time()
     out, result = run_probe(host, probe_wf, project)
-    assert result["egress"]["proxy"] == out["proxy"] == "http://10.0.2.2:3128", (result, out)
+    # The run's own proxy port (3140-3171): the proxy's log tells this run apart.
+    assert result["egress"]["proxy"] == out["proxy"], (result, out)
+    assert re.fullmatch(r"http://10\.0\.2\.2:31[4-7][0-9]", out["proxy"]), out["proxy"]
     assert result["egress"]["proxy_up"] and "rules reject" in result["egress"]["rules"]
     ok = out["http_allowed"]
     assert ok["code"] == 200 and ok["body"] == f"kooi-upstream {ALLOWED} /probe", ok
@@ -160,6 +162,10 @@ def test_a_workload_gets_out_only_through_the_proxy_and_only_to_allowed_names(ho
     assert ("CONNECT", ADDR) in recent and ("CONNECT", ALLOWED) in recent, recent
     text = sh(KOOI, "egress", "log", "--denied").stdout
     assert re.search(rf"DENIED\s+403 GET\s+http://{re.escape(BLOCKED)}/probe", text), text[-2000:]
+    # And in the run's own result, attributed through its port.
+    mine = {(r["method"], r["host"]) for r in result["egress"]["refused"]}
+    assert ("GET", BLOCKED) in mine and ("CONNECT", BLOCKED) in mine and ("GET", PRIVATE) in mine, mine
+    assert {r["by"] for r in result["refused"]} == {"egress"}, result["refused"]
 
 
 @pytest.fixture
@@ -186,7 +192,9 @@ def test_a_jail_gets_out_only_through_its_socket_bridge_to_the_proxy(host, probe
     res, result = kooi_run("egress-probe-jail", proj, probe_wf)
     assert res.returncode == 0 and result["isolation"] == "jail", res.stdout[-3000:] + res.stderr
     out = json.loads(next(x for x in res.stdout.splitlines() if x.startswith("KOOI-PROBE ")).split(" ", 1)[1])
-    assert out["proxy"] == result["egress"]["proxy"] == "http://127.0.0.1:3128", (out["proxy"], result["egress"])
+    assert out["proxy"] == result["egress"]["proxy"], (out["proxy"], result["egress"])
+    assert re.fullmatch(r"http://127\.0\.0\.1:31[4-7][0-9]", out["proxy"]), out["proxy"]
+    assert ("GET", BLOCKED) in {(r["method"], r["host"]) for r in result["egress"]["refused"]}, result["egress"]
     assert out["http_allowed"]["code"] == 200 and out["https_allowed"]["code"] == 200, out
     assert out["http_blocked"]["code"] == 403 and out["https_blocked"]["connect"] == 403, out
     assert out["connect_ip_literal"]["connect"] == 403 and out["connect_8443"]["connect"] == 403, out
@@ -293,10 +301,35 @@ def test_the_maven_example_downloads_its_dependencies_through_the_proxy(host, wf
     size = ACCESS_LOG.stat().st_size
     res, result = kooi_run("maven-online", project(), wfdir, timeout=1800)
     assert res.returncode == 0 and "BUILD SUCCESS" in res.stdout, res.stdout[-4000:] + res.stderr
-    assert result["egress"]["proxy"] == "http://10.0.2.2:3128", result
+    assert re.fullmatch(r"http://10\.0\.2\.2:31[4-7][0-9]", result["egress"]["proxy"]), result["egress"]
     with ACCESS_LOG.open() as fh:
         fh.seek(size)
         tunnels = [line.split() for line in fh if "CONNECT repo.maven.apache.org:443" in line]
     # Every artifact came through the proxy: the tunnels carried megabytes.
     assert tunnels and all(t[2] == "TCP_TUNNEL/200" for t in tunnels), tunnels[:5]
     assert sum(int(t[6]) for t in tunnels) > 1_000_000, tunnels
+
+
+def test_concurrent_runs_get_their_own_proxy_ports_and_only_their_own_refusals(host, wfdir, project, upstreams):
+    """Two runs at the same time, each refused a name of its own: each result lists
+    only its own refusal (the proxy tells them apart by the run's port)."""
+    import threading
+
+    for tag in ("a", "b"):
+        write_wf(wfdir, f"egress-own-{tag}", {
+            "command": ["sh", "-c", f"sleep 3; curl -s -o /dev/null http://only-{tag}.kooi.test/; sleep 3"],
+            "network": "proxy", "timeout": 120})
+    results: dict[str, dict] = {}
+
+    def go(tag: str) -> None:
+        results[tag] = kooi_run(f"egress-own-{tag}", project("python-example"), wfdir)[1]
+
+    threads = [threading.Thread(target=go, args=(t,)) for t in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    a, b = results["a"], results["b"]
+    assert a["egress"]["proxy"] != b["egress"]["proxy"], (a["egress"], b["egress"])
+    assert [r["host"] for r in a["egress"]["refused"]] == ["only-a.kooi.test"], a["egress"]
+    assert [r["host"] for r in b["egress"]["refused"]] == ["only-b.kooi.test"], b["egress"]

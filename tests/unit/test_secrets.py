@@ -56,7 +56,9 @@ def test_a_secret_allows_only_its_methods_and_paths():
     assert a.allows("POST", "/v1/messages") and a.allows("POST", "/v1/messages/count_tokens")
     for method, path in (("GET", "/v1/messages"), ("POST", "/v1/messagesX"), ("POST", "/v1/files"),
                          ("POST", "/v1/messages/../files"), ("POST", "/v1/messages/%2F..%2Ffiles"),
-                         ("POST", "//v1/messages")):
+                         ("POST", "//v1/messages"), ("POST", "/v1/messages/%2e%2e/models"),
+                         ("POST", "/v1/messages/.%2E/x"), ("POST", "/v1/messages/..;/x"), ("POST", "/v1/messages/./x"),
+                         ("POST", "/v1/messages\\..\\x"), ("POST", "/v1/messages/%252e")):
         assert not a.allows(method, path), (method, path)
 
 
@@ -190,9 +192,11 @@ def test_the_injector_replaces_every_credential_and_streams_the_answer(proxy):
     assert h["anthropic-version"] == "2023-06-01" and Upstream.seen[-1]["body"] == b'{"stream": true}'
     assert Upstream.seen[-1]["path"] == "/v1/messages?beta=true"
     # The bearer secret: the placeholder as a bearer token, the real one as Authorization.
-    status, _, _ = _post(port, "/api/x", {"Authorization": f"Bearer {tok['bearer']}", "x-api-key": "mine"})
+    status, _, _ = _post(port, "/api/x", {"Authorization": f"Bearer {tok['bearer']}", "x-api-key": "mine",
+                                          "X-Custom": "kept"})
     h = Upstream.seen[-1]["headers"]
     assert status == 200 and h["authorization"] == "Bearer REAL-TOKEN" and "x-api-key" not in h
+    assert h["x-custom"] == "kept"
 
 
 def test_the_injector_refuses_what_the_route_does_not_allow(proxy):

@@ -59,8 +59,12 @@ class SecretDef:
 
     def allows(self, method: str, path: str) -> bool:
         """METHOD on PATH (without its query) is one this secret may be used for: a
-        listed path or one below it, never a path with '..' or an encoded slash."""
-        if method not in self.methods or ".." in path.split("/") or "%2f" in path.lower() or "//" in path:
+        listed path or one below it, never a path with a dot segment, an empty
+        segment, a percent-encoding, a backslash or a semicolon (an upstream that
+        normalises any of them could route elsewhere)."""
+        if method not in self.methods or any(c in path for c in "%\\;") or "//" in path:
+            return False
+        if any(seg in (".", "..") for seg in path.split("/")):
             return False
         return any(path == p or path.startswith(p.rstrip("/") + "/") for p in self.paths)
 

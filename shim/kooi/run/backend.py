@@ -60,9 +60,10 @@ def supervise(backend: Backend, ctx: RunContext) -> int:
 
 
 def run(backend: Backend, ctx: RunContext) -> int:
-    """Prepare, supervise and clean up after BACKEND; the project's protected paths are
-    taken before anything runs and checked (and restored) after everything the
-    workload started has ended."""
+    """Prepare, supervise and clean up after BACKEND. The project's protected paths are
+    taken before anything runs and checked (and put back) after everything the
+    workload started has ended; a run that leaves one kooi cannot put back is refused
+    (exit 126), whatever the workload's own exit code."""
     guard = Guard(ctx.project, ctx.wf.unprotected_paths)
     try:
         guard.snapshot()
@@ -71,18 +72,42 @@ def run(backend: Backend, ctx: RunContext) -> int:
     ctx.guard = guard
     try:
         backend.prepare(ctx)
-        return supervise(backend, ctx)
+        guard.snapshot_watched()
+        rc = supervise(backend, ctx)
     finally:
+        _finish(backend, ctx, guard)
+    record = ctx.res.project_guard or {}
+    if not record.get("restored", True):
+        raise refused("the workload left protected project paths kooi could not put back ("
+                      + "; ".join(record.get("restore_failed", [])) + f"); the workload itself exited {rc}. Do "
+                      "not use this project on the host (no git command, no editor) before removing them")
+    return rc
+
+
+def _finish(backend: Backend, ctx: RunContext, guard: Guard) -> None:
+    """Each step on its own: one failing never skips the project check."""
+    cleanup_failed = ""
+    try:
         backend.cleanup()
+    except Exception as exc:  # noqa: BLE001 - reported; the project check must still run
+        cleanup_failed = f"cleanup failed ({exc.__class__.__name__}: {exc})"
+        ctx.res.warn(ctx.log, cleanup_failed)
+    try:
         ctx.release_run_port()
-        ctx.res.project_guard = record = guard.check()
-        for r in record["refused"]:
-            ctx.log.note(f"project: refused a change to protected {r['path']} ({r['change']}); put back")
-        if record["restore_failed"]:
-            ctx.res.warn(ctx.log, "project: could not put back " + "; ".join(record["restore_failed"]))
-        if record["watched_changed"]:
-            ctx.log.note("project: changed " + ", ".join(f"{c['path']} ({c['change']})"
-                                                        for c in record["watched_changed"]))
+    except Exception as exc:  # noqa: BLE001 - the record is only lost, the run is not
+        ctx.res.warn(ctx.log, f"egress: could not read the proxy's record of this run ({exc})")
+    ctx.res.project_guard = record = guard.check()
+    left = (ctx.res.cleanup or {}).get("failed") or []
+    if cleanup_failed or left:
+        # Something the run started may still hold the project: the check proves nothing.
+        record["restored"] = False
+        record["restore_failed"].append(cleanup_failed or f"containers of the run are left ({', '.join(left)})")
+    for r in record["refused"]:
+        ctx.log.note(f"project: refused a change to protected {r['path']} ({r['change']}); "
+                     + ("put back" if record["restored"] else "NOT all put back"))
+    if record["watched_changed"]:
+        ctx.log.note("project: changed " + ", ".join(f"{c['path']} ({c['change']})"
+                                                    for c in record["watched_changed"]))
 
 
 def refusals(res: Result) -> list[dict[str, Any]]:
@@ -95,6 +120,8 @@ def refusals(res: Result) -> list[dict[str, Any]]:
         out.append({"by": "egress", "what": f"{r['method']} {r['host']} ({r['status']})", "time": r["time"]})
     for r in (res.secrets or {}).get("refused", []):
         out.append({"by": "secrets", "what": f"{r['method']} {r['path']} ({r['status']}: {r.get('reason', '')})"})
-    for r in (res.project_guard or {}).get("refused", []):
-        out.append({"by": "project", "what": f"{r['path']} ({r['change']}; put back)"})
+    guard = res.project_guard or {}
+    for r in guard.get("refused", []):
+        done = "put back" if guard.get("restored") else "NOT put back: see project_guard.restore_failed"
+        out.append({"by": "project", "what": f"{r['path']} ({r['change']}; {done})"})
     return out

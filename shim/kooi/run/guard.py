@@ -1,69 +1,91 @@
 """The project cannot be turned against the host: the paths in it that later execute
-outside the cage (git hooks and configuration, direnv, editor tasks, dev containers)
-are protected, and the paths a pipeline should look at after a run (CI definitions,
-build scripts, lockfiles) are watched.
+outside the cage (git's hooks, configuration and anything else in a git directory
+but the repository's data, direnv and mise files, editor and agent settings, dev
+containers) are protected, and the paths a pipeline should look at after a run (CI
+definitions, build scripts, lockfiles) are watched.
 
 - Before the workload starts, kooi takes a snapshot of every protected path (type,
-  mode, content; directories with everything in them) and a digest of every watched one.
-- While it runs, the protected paths that exist are mounted read-only over the
-  project (container and jail): writes fail with EROFS.
+  mode, content, link count; directories with everything in them) and a fingerprint
+  of every watched one (size, mtime, inode, ctime: ctime cannot be set from user space).
+- While it runs, git's hooks, config and info (where they exist) are mounted
+  read-only over the project (container and jail): writes fail with EROFS.
 - After the workload and everything it started have ended, kooi compares: every
-  protected path that differs (created, changed, deleted, replaced by a symlink, also
-  by renaming a parent away) is put back as it was and listed as refused; every
-  watched path that differs is listed as changed. Nothing is followed through a
-  symlink the workload made.
+  protected path that differs (created, changed, deleted, replaced by a symlink, a
+  parent replaced by a symlink, also by renaming `.git` away) is put back as it was
+  and listed as refused; anything it cannot read or put back fails the run. Every
+  watched path that differs is listed. Nothing is followed through a symlink.
 
 A workflow can drop protected paths from the list (unprotected_paths).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Paths that execute on the host later: at the next git command (hooks, config:
-# core.hooksPath, core.fsmonitor, core.sshCommand, filters, aliases; info/attributes
-# selects filters; submodules' own config and hooks), on `cd` (direnv, mise), in the
-# editor (VS Code tasks, settings, launch configurations), when a dev container is
-# built. `.git` itself: turned into a file or symlink (gitdir: elsewhere) it points git
-# at a repository the workload chose.
-PROTECTED = (".git", ".git/hooks", ".git/config", ".git/info", ".git/modules", ".gitmodules", ".envrc",
-             ".mise.toml", "mise.toml", ".vscode/tasks.json", ".vscode/settings.json", ".vscode/launch.json",
-             ".devcontainer")
+# Paths that execute on the host later: on `cd` (direnv, mise), in the editor (VS Code
+# tasks, settings, launch configurations, workspaces), when a dev container is built,
+# when an agent runs there (Claude Code's hooks and MCP servers), and `.git` (below).
+PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.local.toml", "mise.local.toml",
+             ".mise", ".config/mise.toml", ".config/mise", ".vscode", ".devcontainer", ".claude", ".mcp.json")
+PROTECTED_GLOBS = ("*.code-workspace",)
+# In a git directory (`.git`, a `gitdir:` target in the project, each submodule's
+# under modules/) everything is protected but the repository's data: a new
+# commondir, config.worktree or worktrees/ would point git at a config and hooks of the
+# workload's choosing as surely as a changed config or hook.
+GIT_DATA = frozenset({
+    "objects", "refs", "logs", "index", "HEAD", "ORIG_HEAD", "FETCH_HEAD", "MERGE_HEAD", "MERGE_MSG",
+    "MERGE_MODE", "AUTO_MERGE", "CHERRY_PICK_HEAD", "REVERT_HEAD", "COMMIT_EDITMSG", "TAG_EDITMSG", "SQUASH_MSG",
+    "packed-refs", "description", "shallow", "rebase-merge", "rebase-apply", "sequencer", "lost-found", "gc.log",
+    "gc.pid", "BISECT_LOG", "BISECT_START", "BISECT_TERMS", "BISECT_NAMES", "BISECT_EXPECTED_REV",
+    "BISECT_ANCESTORS_OK", "branches", "modules"})
+# Mounted read-only while the workload runs, where they exist.
+READ_ONLY = (".git/hooks", ".git/config", ".git/info")
+# What a workflow may unprotect (unprotected_paths; the schema's enum).
+UNPROTECTABLE = PROTECTED + READ_ONLY + (".git/modules",)
 # Changed paths a pipeline should look at before it trusts the result: CI definitions,
-# build scripts and wrappers, lockfiles, hook managers.
+# build scripts and wrappers, lockfiles, hook managers, agent instructions.
 WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "azure-pipelines.yml", ".buildkite",
            "pom.xml", "mvnw", ".mvn", "build.gradle", "build.gradle.kts", "settings.gradle", "settings.gradle.kts",
            "gradlew", "gradle/wrapper", "package.json", "package-lock.json", "yarn.lock", "pnpm-lock.yaml",
            "Makefile", "setup.py", "setup.cfg", "pyproject.toml", "tox.ini", "noxfile.py", "requirements.txt",
            "poetry.lock", "uv.lock", "Pipfile.lock", "Cargo.lock", "go.sum", "Gemfile.lock", "Dockerfile",
-           "docker-compose.yml", "compose.yaml", ".pre-commit-config.yaml", ".husky")
+           "docker-compose.yml", "compose.yaml", ".pre-commit-config.yaml", ".husky", ".idea", "CLAUDE.md",
+           "AGENTS.md")
 MAX_ENTRIES = 5000
 MAX_BYTES = 32 << 20
+# After the run (a flood is removed, not refused): how much kooi reads before it stops.
+MAX_ENTRIES_AFTER = 50000
+MAX_BYTES_AFTER = 256 << 20
+MAX_FILE = 8 << 20
+PRE_COMMIT_MARK = b"File generated by pre-commit"
 
 
 @dataclass(frozen=True)
 class Entry:
-    kind: str  # file, dir, link, other
+    kind: str  # file, dir, link, other, unreadable
     mode: int = 0
-    data: bytes = b""  # a file's content, a link's target
+    data: bytes = b""  # a file's content (watched: its fingerprint), a link's target
+    nlink: int = 1
 
     def same(self, other: Entry | None) -> bool:
         """Equal but for the group permission bits: they hold the ACL mask, which kooi
         itself sets when it grants the workload the project."""
-        return other is not None and (self.kind, self.data, self.mode & 0o7707) == \
-            (other.kind, other.data, other.mode & 0o7707)
+        return other is not None and (self.kind, self.data, self.mode & 0o7707, self.nlink) == \
+            (other.kind, other.data, other.mode & 0o7707, other.nlink)
 
 
 class GuardError(Exception):
-    """The protected paths are too large to keep (the run is refused before it starts)."""
+    """The protected paths cannot be kept (the run is refused before it starts)."""
 
 
-def _lentry(p: Path, content: bool) -> Entry | None:
+def _lentry(p: Path, content: bool, strict: bool) -> Entry | None:
     try:
         st = os.lstat(p)
     except FileNotFoundError:
@@ -74,59 +96,96 @@ def _lentry(p: Path, content: bool) -> Entry | None:
         return Entry("dir", stat.S_IMODE(st.st_mode))
     if stat.S_ISREG(st.st_mode):
         if not content:
-            return Entry("file", stat.S_IMODE(st.st_mode), f"{st.st_size}:{st.st_mtime_ns}".encode())
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            return Entry("file", stat.S_IMODE(st.st_mode), f.read())
+            return Entry("file", stat.S_IMODE(st.st_mode),
+                         f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}".encode())
+        if st.st_size > MAX_FILE:
+            if strict:
+                raise GuardError(f"{p} is larger than {MAX_FILE >> 20} MiB; a protected file kooi cannot keep")
+            return Entry("unreadable", stat.S_IMODE(st.st_mode), b"too large", st.st_nlink)
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                return Entry("file", stat.S_IMODE(st.st_mode), f.read(MAX_FILE + 1), st.st_nlink)
+        except OSError as exc:
+            if strict:
+                raise GuardError(f"{p}: cannot read it ({exc.strerror})") from None
+            return Entry("unreadable", stat.S_IMODE(st.st_mode), (exc.strerror or "").encode(), st.st_nlink)
     return Entry("other", stat.S_IMODE(st.st_mode))
 
 
-def _parents_real(root: Path, rel: str) -> bool:
-    """Every component of REL's parent is a real directory (no symlink, no file)."""
+def _first_not_dir(root: Path, rel: str) -> str | None:
+    """The first component of REL's parent that is not a real directory (a symlink, a
+    file): the path to record instead of REL. None when all are directories or one is
+    missing."""
     p = root
-    for part in Path(rel).parts[:-1]:
+    parts = Path(rel).parts[:-1]
+    for i, part in enumerate(parts):
         p = p / part
         try:
             if not stat.S_ISDIR(os.lstat(p).st_mode):
-                return False
+                return "/".join(parts[: i + 1])
         except FileNotFoundError:
-            return False
-    return True
+            return None
+    return None
 
 
-def scan(root: Path, paths: tuple[str, ...], content: bool = True) -> dict[str, Entry]:
-    """Every entry at and below PATHS in ROOT, never through a symlink; with CONTENT the
-    files' bytes, else their size and mtime."""
+def _is_git_dir(root: Path, rel: str) -> bool:
+    return rel in ("", ".git") or (root / rel / "HEAD").exists() or (root / rel / "config").exists()
+
+
+def scan(root: Path, paths: tuple[str, ...], content: bool = True, strict: bool = True,
+         skip: tuple[str, ...] = (), git_dirs: tuple[str, ...] = (".git",)) -> dict[str, Entry]:
+    """Every entry at and below PATHS in ROOT, never through a symlink (a parent that is
+    one is recorded itself). In GIT_DIRS everything but the repository's data. With
+    CONTENT the files' bytes, else a fingerprint. STRICT (before the run): anything
+    that cannot be kept raises GuardError; after the run it is recorded as changed."""
     out: dict[str, Entry] = {}
     total = 0
-    todo = [p for p in paths]
+    todo = list(paths)
     while todo:
         rel = todo.pop()
-        if rel in out or not _parents_real(root, rel):
+        if rel in out or any(rel == s or rel.startswith(s + "/") for s in skip):
             continue
-        e = _lentry(root / rel, content)
+        if (bad := _first_not_dir(root, rel)) is not None:
+            if bad not in out and (e := _lentry(root / bad, content, strict)) is not None:
+                out[bad] = e
+            continue
+        e = _lentry(root / rel, content, strict)
         if e is None:
-            continue
-        if rel == ".git" and e.kind == "dir":
-            out[rel] = e  # the repository's own contents are not protected, only its kind
             continue
         out[rel] = e
         total += len(e.data)
-        if len(out) > MAX_ENTRIES or total > MAX_BYTES:
+        if strict and (len(out) > MAX_ENTRIES or total > MAX_BYTES):
             raise GuardError(f"the protected paths of the project hold more than {MAX_ENTRIES} entries or "
                              f"{MAX_BYTES >> 20} MiB; clean them up or name them in unprotected_paths")
-        if e.kind == "dir":
-            with os.scandir(root / rel) as it:
-                for d in it:
-                    child = f"{rel}/{d.name}"
-                    if rel == ".git/modules" or rel.startswith(".git/modules/"):
-                        # A submodule's repository: only its config and hooks execute.
-                        if d.is_dir(follow_symlinks=False) and d.name not in ("objects", "refs", "logs"):
-                            todo.append(child)
-                        elif d.name == "config" or "/hooks" in child:
-                            todo.append(child)
-                    else:
-                        todo.append(child)
+        if not strict and (len(out) > MAX_ENTRIES_AFTER or total > MAX_BYTES_AFTER) and "/" in rel:
+            # After the run, a flood: its directory is recorded as changed (it is
+            # removed, and the snapshot's entries put back), the rest of it not read.
+            parent = rel.rsplit("/", 1)[0]
+            for k in [k for k in out if k.startswith(parent + "/")]:
+                total -= len(out.pop(k).data)
+            todo = [t for t in todo if not t.startswith(parent + "/")]
+            out[parent] = Entry("unreadable", 0o755, b"too many entries")
+            continue
+        if e.kind != "dir":
+            continue
+        try:
+            names = sorted(os.listdir(root / rel))
+        except OSError as exc:
+            if strict:
+                raise GuardError(f"{root / rel}: cannot list it ({exc.strerror})") from None
+            out[rel] = Entry("unreadable", e.mode, (exc.strerror or "").encode())
+            continue
+        in_git = rel in git_dirs or rel.startswith(".git/modules/") and _is_git_dir(root, rel)
+        for name in names:
+            child = f"{rel}/{name}" if rel else name
+            if in_git and name in GIT_DATA:
+                if name == "modules":
+                    todo.append(child)  # submodules' git directories: the same rule
+                continue
+            if rel.startswith(".git/modules") and not in_git and not os.path.isdir(root / child):
+                continue  # between module directories: only directories lead anywhere
+            todo.append(child)
     return out
 
 
@@ -135,10 +194,14 @@ def _change(before: Entry | None, after: Entry | None) -> str:
         return "created"
     if after is None:
         return "deleted"
+    if after.kind == "unreadable":
+        return f"unreadable or too large ({after.data.decode(errors='replace')})"
     if before.kind != after.kind:
         return f"replaced ({before.kind} -> {after.kind})"
     if before.data != after.data:
         return "modified"
+    if before.nlink != after.nlink:
+        return "hard-linked"
     return "mode changed"
 
 
@@ -165,7 +228,7 @@ def _restore(root: Path, rel: str, e: Entry) -> None:
                 os.mkdir(q, 0o755)
         except FileNotFoundError:
             os.mkdir(q, 0o755)
-    cur = _lentry(p, content=False)
+    cur = _lentry(p, content=False, strict=False)
     if e.kind == "dir":
         if cur is not None and cur.kind != "dir":
             _remove(p)
@@ -184,41 +247,128 @@ def _restore(root: Path, rel: str, e: Entry) -> None:
         os.symlink(e.data.decode(errors="surrogateescape"), p)
 
 
+_HOOKS_PATH = re.compile(r"^\s*hookspath\s*=\s*(.+?)\s*$", re.I | re.M)
+_SECTION = re.compile(r"^\s*\[([^\]]+)\]", re.M)
+_PATH_KEY = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.I)
+
+
+def _in_project(root: Path, base: Path, value: str) -> str | None:
+    """VALUE (a path from git's configuration, relative to BASE) as a path relative to
+    ROOT when it lies inside the project; None otherwise."""
+    value = value.strip().strip('"')
+    if not value or value.startswith("~"):
+        return None
+    p = Path(os.path.normpath(base / value))
+    try:
+        rel = p.relative_to(root)
+    except ValueError:
+        return None
+    return str(rel) if str(rel) != "." else None
+
+
+def config_targets(root: Path) -> tuple[list[str], list[str]]:
+    """What the project's git setup executes from elsewhere in the project: (paths to
+    protect, git directories). core.hooksPath inside the project (its top directory:
+    husky's `.husky/_` runs `.husky/pre-commit`), include.path / includeIf.*.path
+    files, a `gitdir:` target of a `.git` file, and `.pre-commit-config.yaml` when the
+    installed hook is pre-commit's."""
+    extra: list[str] = []
+    gitdirs: list[str] = []
+    git = root / ".git"
+    gitdir = git
+    try:
+        st = os.lstat(git)
+        if stat.S_ISREG(st.st_mode):
+            m = re.match(r"gitdir:\s*(.+)", git.read_text(errors="replace").strip())
+            target = _in_project(root, root, m.group(1)) if m else None
+            if target:
+                gitdirs.append(target)
+                gitdir = root / target
+    except OSError:
+        return extra, gitdirs
+    try:
+        text = (gitdir / "config").read_text(errors="replace")
+    except OSError:
+        text = ""
+    for m in _HOOKS_PATH.finditer(text):
+        if (t := _in_project(root, root, m.group(1))) is not None:
+            extra.append(Path(t).parts[0] if not t.startswith(".git/") else t)
+    section = ""
+    for line in text.splitlines():
+        if (s := _SECTION.match(line)) is not None:
+            section = s.group(1).strip().lower()
+            continue
+        if section.startswith("include") and (k := _PATH_KEY.match(line)) is not None:
+            if (t := _in_project(root, gitdir, k.group(1))) is not None:
+                extra.append(t)
+    try:
+        hooks = [gitdir / "hooks" / n for n in os.listdir(gitdir / "hooks")]
+        if any(PRE_COMMIT_MARK in h.read_bytes()[:4096] for h in hooks if h.is_file() and not h.is_symlink()):
+            extra.append(".pre-commit-config.yaml")
+    except OSError:
+        pass
+    return extra, gitdirs
+
+
 @dataclass
 class Guard:
     root: Path
     unprotected: tuple[str, ...] = ()
     protected: dict[str, Entry] = field(default_factory=dict)
-    watched: dict[str, Entry] = field(default_factory=dict)
+    watched: dict[str, Entry] | None = None  # None: the workload never started
+    extra: list[str] = field(default_factory=list)
+    git_dirs: tuple[str, ...] = (".git",)
 
     @property
     def paths(self) -> tuple[str, ...]:
-        return tuple(p for p in PROTECTED if p not in self.unprotected)
+        globs = []
+        try:
+            globs = [n for n in os.listdir(self.root) if any(fnmatch.fnmatch(n, g) for g in PROTECTED_GLOBS)]
+        except OSError:
+            pass
+        return tuple(dict.fromkeys(p for p in (*PROTECTED, *self.extra, *self.git_dirs[1:], *globs)
+                                   if p not in self.unprotected))
+
+    def _scan(self, strict: bool) -> dict[str, Entry]:
+        return scan(self.root, self.paths, strict=strict, skip=self.unprotected, git_dirs=self.git_dirs)
 
     def snapshot(self) -> None:
-        self.protected = scan(self.root, self.paths)
-        self.watched = scan(self.root, WATCHED, content=False)
+        """Before anything of the run touches the project."""
+        extra, gitdirs = config_targets(self.root)
+        self.extra, self.git_dirs = extra, (".git", *gitdirs)
+        self.protected = self._scan(strict=True)
+
+    def snapshot_watched(self) -> None:
+        """Right before the workload starts (after kooi's own ACL grant, which changes
+        the files' ctime)."""
+        self.watched = scan(self.root, WATCHED, content=False, strict=False)
 
     def read_only(self) -> list[str]:
-        """The protected paths that exist as real directories or files: mounted
-        read-only over the project while the workload runs."""
-        return [p for p in self.paths if p != ".git" and p in self.protected
+        """git's hooks, config and info where they are real directories or files:
+        mounted read-only over the project while the workload runs."""
+        return [p for p in READ_ONLY if p not in self.unprotected and p in self.protected
                 and self.protected[p].kind in ("dir", "file")]
 
     def check(self) -> dict[str, Any]:
-        """After the run: restore every protected path that differs; the record."""
-        after = scan(self.root, self.paths)
+        """After the run: put back every protected path that differs; the record.
+        restored is False when anything could not be read or put back."""
+        failed: list[str] = []
+        try:
+            after = self._scan(strict=False)
+        except OSError as exc:
+            after = {}
+            failed.append(f"the project's protected paths: {exc.strerror or exc}")
         refused = []
         for rel in sorted(set(self.protected) | set(after)):
             b, a = self.protected.get(rel), after.get(rel)
             if b is None and a is None or b is not None and b.same(a):
                 continue
             refused.append({"path": rel, "change": _change(b, a)})
-        failed = []
-        # Remove what the workload created (deepest first), then put back what was
-        # there (shallowest first).
+        # Remove what the workload created or made unreadable (deepest first), then
+        # put back what was there (shallowest first).
         for item in sorted(refused, key=lambda r: -len(Path(r["path"]).parts)):
-            if item["path"] not in self.protected:
+            a = after.get(item["path"])
+            if item["path"] not in self.protected or (a is not None and a.kind == "unreadable"):
                 try:
                     _remove(self.root / item["path"])
                 except OSError as exc:
@@ -230,13 +380,21 @@ class Guard:
                     _restore(self.root, item["path"], e)
                 except OSError as exc:
                     failed.append(f"{item['path']}: {exc.strerror or exc}")
-        # Entries under a restored directory that the scan could not see (a parent
-        # was a symlink) are restored with it; entries the workload added below are
-        # removed above.
-        w_after = scan(self.root, WATCHED, content=False)
+        if not failed:
+            # Put back means: a second look finds the snapshot.
+            try:
+                again = self._scan(strict=False)
+                left = sorted(r for r in set(self.protected) | set(again)
+                              if not (self.protected.get(r) is None and again.get(r) is None)
+                              and not (self.protected.get(r) is not None and self.protected[r].same(again.get(r))))
+                failed += [f"{r}: still differs after the restore" for r in left]
+            except OSError as exc:
+                failed.append(f"the project's protected paths: {exc.strerror or exc}")
+        watched = self.watched
+        w_after = scan(self.root, WATCHED, content=False, strict=False) if watched is not None else {}
         changed = []
-        for rel in sorted(set(self.watched) | set(w_after)):
-            b, a = self.watched.get(rel), w_after.get(rel)
+        for rel in sorted(set(watched or {}) | set(w_after)):
+            b, a = (watched or {}).get(rel), w_after.get(rel)
             if b is not None and (b.same(a) or a is not None and b.kind == "dir" == a.kind):
                 continue
             changed.append({"path": rel, "change": _change(b, a)})
