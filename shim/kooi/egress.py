@@ -341,18 +341,32 @@ def read_log(cfg: EgressConfig, denied_only: bool = False, follow: bool = False,
                 yield entry
 
 
-def run_record(cfg: EgressConfig, port: int, since: float, until: float) -> dict[str, Any]:
+def run_log_size(cfg: EgressConfig) -> int:
+    """Where the run log ends now: a run reads its own record from there on, not the
+    whole (never rotated) log."""
+    try:
+        return os.stat(cfg.run_log).st_size
+    except OSError:
+        return 0
+
+
+def run_record(cfg: EgressConfig, port: int, since: float, until: float, offset: int = 0) -> dict[str, Any]:
     """What the proxy did for the run that held PORT from SINCE to UNTIL (epoch
-    seconds): its requests counted, its refusals listed (the first 100)."""
+    seconds), reading the run log from OFFSET (its size when the run took the port; from
+    the start if it has shrunk since): its requests counted, its refusals listed (the
+    first 100)."""
     path = Path(cfg.run_log)
     refused: list[dict[str, Any]] = []
     allowed = 0
     try:
-        fh = open(path, errors="replace")
+        fh = open(path, "rb")
     except OSError as exc:
         return {"requests": None, "refused": [], "note": f"cannot read {path} ({exc.strerror or exc})"}
     with fh:
-        for line in fh:
+        if offset <= os.fstat(fh.fileno()).st_size:
+            fh.seek(offset)
+        for raw in fh:
+            line = raw.decode(errors="replace")
             f = line.split(maxsplit=1)
             try:
                 ts = float(f[0])

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from .conftest import KOOI, playbook
+from .test_egress import sh
 from .test_run import host, kooi_run, project, wfdir, write_wf  # noqa: F401 - fixtures
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,13 +46,6 @@ SQUID_LOG = Path("/var/log/kooi/egress/access.log")
 INJECT_DIR = Path("/var/log/kooi/inject")
 
 EXAMPLE = REPO / "examples/agent/agent-example.yml"
-
-
-def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run(list(cmd), capture_output=True, text=True)
-    if check and res.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)}: {res.returncode}\n{res.stdout}\n{res.stderr}")
-    return res
 
 
 def _hosts(add: bool) -> None:

@@ -47,6 +47,7 @@ class RunContext:
     proxy_port: int = 0
     proxy_port_lock: int | None = None
     proxy_since: float = 0.0
+    proxy_log_offset: int = 0
     cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     def confinement(self, decide: Callable[[AppArmorState | None], T]) -> T:
@@ -88,6 +89,8 @@ class RunContext:
         proxy's log tells this run's requests from any other's."""
         import fcntl
 
+        from .. import egress
+
         self.proxy_port = eg.port
         for port in range(eg.run_port_first, eg.run_port_first + eg.run_port_count):
             fd = os.open(self.run_dir / "locks" / f"egress-port-{port}.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -97,6 +100,7 @@ class RunContext:
                 os.close(fd)
                 continue
             self.proxy_port, self.proxy_port_lock, self.proxy_since = port, fd, time.time()
+            self.proxy_log_offset = egress.run_log_size(eg)
             return
         if eg.run_port_count:
             self.res.warn(self.log, f"all {eg.run_port_count} per-run proxy ports are in use: this run shares "
@@ -109,7 +113,8 @@ class RunContext:
         from .. import egress
 
         time.sleep(0.2)  # the proxy logs a request when it ends
-        rec = egress.run_record(self.egress, self.proxy_port, self.proxy_since, time.time())
+        rec = egress.run_record(self.egress, self.proxy_port, self.proxy_since, time.time(),
+                                self.proxy_log_offset)
         self.res.egress.update(rec)
         for r in rec["refused"]:
             self.log.note(f"egress: the proxy refused {r['method']} {r['host']} ({r['status']})")
