@@ -469,7 +469,12 @@ def serve(cfg: SecretsConfig, workflow_dir: Path | None = None) -> int:
     Path(inj.pid_file).write_text(f"{os.getpid()}\n")
     os.chmod(inj.pid_file, 0o644)
     _drop_to(inj.user)
-    proxy.log_file = open(inj.access_log, "a", buffering=1)
+    try:
+        proxy.log_file = open(inj.access_log, "a", buffering=1)
+    except OSError as exc:
+        raise InjectError(f"cannot open the access log {inj.access_log} as {inj.user} ({exc.strerror}): its "
+                          f"directory must belong to {inj.user} and every parent be open to it (re-run "
+                          "site.yml, role secrets)") from None
     threading.Thread(target=control.serve_forever, daemon=True).start()
 
     def stop(_signum: int, _frame: Any) -> None:
