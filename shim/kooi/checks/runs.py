@@ -156,7 +156,8 @@ def run_lock(host: Host, ctx: Context) -> Outcome:
     return PASS, "second run refused with rc 75 (busy) while the first ran; the first finished ok"
 
 
-@check("RUN-PROJECT-GUARD", "the project's protected paths are read-only while a run lasts and put back after it",
+@check("RUN-PROJECT-GUARD", "git's hooks, config and info are throwaway copies while a run lasts; the project's "
+       "other protected paths are put back after it",
        "a workload leaving a git hook, git configuration or an .envrc that runs on the host at the next git "
        "command or cd, outside the cage")
 def run_project_guard(host: Host, ctx: Context) -> Outcome:
@@ -175,16 +176,21 @@ def run_project_guard(host: Host, ctx: Context) -> Outcome:
     text = log.content_string if log.exists else ""
     if "GUARD-DONE" not in text:
         bad.append(f"the workload did not run to its end (rc={rc})")
-    if "HOOK=written" in text:
-        bad.append(".git/hooks was writable while the run lasted")
+    if "HOOK=written" not in text:
+        bad.append("the hook write into the throwaway copy of .git/hooks failed")
     if host.file(f"{PROJECT}/.git/hooks/post-checkout").exists or host.file(f"{PROJECT}/.envrc").exists:
         bad.append("a protected path the workload wrote is still there after the run")
     guard = res.get("project_guard") or {}
-    if {"path": ".envrc", "change": "created"} not in guard.get("refused", []):
-        bad.append(f"the result does not list the .envrc it put back: {guard.get('refused')}")
+    refused = guard.get("refused", [])
+    # Shadowed, not put back: the write never reached the project, even while the run lasted.
+    if {"path": ".git/hooks/post-checkout", "change": "created", "how": "shadowed"} not in refused:
+        bad.append(f"the result does not list the hook written into the copy: {refused}")
+    if {"path": ".envrc", "change": "created", "how": "put back"} not in refused:
+        bad.append(f"the result does not list the .envrc it put back: {refused}")
     if bad:
         return FAIL, "; ".join(bad)
-    return PASS, ".git/hooks read-only during the run (EROFS); the .envrc it created was removed and listed"
+    return PASS, ("the hook landed in a throwaway copy of .git/hooks, never in the project; the .envrc it created "
+                  "was removed; both listed")
 
 
 @check("RUN-CLEANUP", "nothing of a finished run is left: containers, networks, the scratch script's runs",

@@ -104,7 +104,9 @@ def _finish(backend: Backend, ctx: RunContext, guard: Guard) -> None:
         record["restore_failed"].append(cleanup_failed or f"containers of the run are left ({', '.join(left)})")
     for r in record["refused"]:
         ctx.log.note(f"project: refused a change to protected {r['path']} ({r['change']}); "
-                     + ("put back" if record["restored"] else "NOT all put back"))
+                     + _done(r, record))
+    if record.get("warning"):
+        ctx.res.warn(ctx.log, f"project: {record['warning']}")
     if record["watched_changed"]:
         ctx.log.note("project: changed " + ", ".join(f"{c['path']} ({c['change']})"
                                                     for c in record["watched_changed"]))
@@ -122,6 +124,11 @@ def refusals(res: Result) -> list[dict[str, Any]]:
         out.append({"by": "secrets", "what": f"{r['method']} {r['path']} ({r['status']}: {r.get('reason', '')})"})
     guard = res.project_guard or {}
     for r in guard.get("refused", []):
-        done = "put back" if guard.get("restored") else "NOT put back: see project_guard.restore_failed"
-        out.append({"by": "project", "what": f"{r['path']} ({r['change']}; {done})"})
+        out.append({"by": "project", "what": f"{r['path']} ({r['change']}; {_done(r, guard)})"})
     return out
+
+
+def _done(refusal: dict[str, Any], record: dict[str, Any]) -> str:
+    if refusal.get("how") == "shadowed":
+        return "made in a throwaway copy, never in the project"
+    return "put back" if record.get("restored") else "NOT put back: see project_guard.restore_failed"

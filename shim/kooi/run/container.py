@@ -39,11 +39,11 @@ def engine_limits(info: dict[str, Any]) -> dict[str, bool]:
 
 
 def container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict[str, Any], project: Path, run_id: str,
-                   enforce: dict[str, bool], res: Result, read_only: list[str] | None = None) -> dict[str, Any]:
+                   enforce: dict[str, bool], res: Result,
+                   shadows: list[tuple[str, Path]] | None = None) -> dict[str, Any]:
     """The workload container's create body (the Engine API's ContainerCreate, without
-    the image, which the caller adds: the pinned id). READ_ONLY: project paths mounted
-    read-only over the project (its protected paths, run.guard)."""
-    read_only = read_only or []
+    the image, which the caller adds: the pinned id). SHADOWS: (path in the project,
+    a throwaway copy) mounted over the project's (run.guard)."""
     user = (img_attrs.get("Config") or {}).get("User") or ""
     if image.default_user_is_root(img_attrs):
         raise refused(f"image {res.image_digest} runs as root by default; kooi runs only non-root images")
@@ -59,8 +59,8 @@ def container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict[str, Any], p
     host: dict[str, Any] = {
         "NetworkMode": "none", "CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges:true"],
         "ReadonlyRootfs": True, "Tmpfs": tmpfs, "Init": True, "IpcMode": "private",
-        "Mounts": [bind(WORKSPACE, str(project))] + [bind(f"{WORKSPACE}/{rel}", str(project / rel), read_only=True)
-                                                     for rel in read_only],
+        "Mounts": [bind(WORKSPACE, str(project))] + [bind(f"{WORKSPACE}/{rel}", str(copy))
+                                                     for rel, copy in shadows or []],
     }
     body: dict[str, Any] = {
         "Cmd": list(wf.command), "User": user, "WorkingDir": str(Path(WORKSPACE) / wf.workdir),
@@ -117,12 +117,15 @@ class ContainerBackend:
             raise unavailable(f"the engine does not hold the pinned image {pin.id}; re-run site.yml "
                               "(role runner_image)") from None
         user = ((img.get("Config") or {}).get("User") or "0").split(":")[0] or 0
-        grant_workspace(ctx.project, host_uid_of(cfg, int(user)), cfg.runner_uid, log)
+        host_uid = host_uid_of(cfg, int(user))
+        grant_workspace(ctx.project, host_uid, cfg.runner_uid, log)
+        shadows = ctx.shadows()
+        if ctx.guard and ctx.guard.shadow:
+            grant_workspace(ctx.guard.shadow, host_uid, cfg.runner_uid, log, note=False)
         # The engine's cgroup support matters only when the workflow asks for limits.
         wants_limits = any(v is not None for v in (wf.limits.memory, wf.limits.cpus, wf.limits.pids))
         enforce = engine_limits(client.info()) if wants_limits else {"memory": False, "pids": False, "cpus": False}
-        body = container_args(wf, cfg, img, ctx.project, ctx.run_id, enforce, res,
-                              ctx.guard.read_only() if ctx.guard else [])
+        body = container_args(wf, cfg, img, ctx.project, ctx.run_id, enforce, res, shadows)
         res.seccomp = filters.stack_on_container(body, img)
         log.note("seccomp: " + res.seccomp["note"])
         for w in res.warnings:

@@ -23,7 +23,7 @@ from ..hoststate.engine import EngineConfig
 from ..hoststate.secrets import SecretsConfig
 from ..workflow import Workflow
 from .errors import Log, Result, refused, unavailable
-from .guard import Guard
+from .guard import Guard, GuardError
 
 T = TypeVar("T")
 
@@ -57,6 +57,17 @@ class RunContext:
             return decide(self.apparmor)
         except apparmor.AppArmorError as exc:
             raise unavailable(str(exc)) from None
+
+    def shadows(self) -> list[tuple[str, Path]]:
+        """The throwaway copies of git's hooks, config and info to mount over the
+        project's while the workload runs (run.guard): (path in the project, copy)."""
+        if self.guard is None:
+            return []
+        try:
+            return self.guard.shadows(self.run_dir / "shadows" / self.run_id)
+        except (GuardError, OSError) as exc:
+            raise refused(f"project: cannot make the throwaway copies of git's hooks, config and info ({exc})") \
+                from None
 
     def egress_preflight(self) -> EgressConfig | None:
         """The host's egress if the workload gets a network (network: proxy,

@@ -114,7 +114,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         drop_to_runner(cfg)
         project = check_project(project, cfg)
         res.project = str(project)
-        for sub in ("logs", "results", "locks"):
+        for sub in ("logs", "results", "locks", "shadows"):
             (run_dir / sub).mkdir(parents=True, exist_ok=True)
         log.close()
         log = Log(run_dir / "logs" / f"{run_id}.log", echo)

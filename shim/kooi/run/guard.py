@@ -7,12 +7,17 @@ definitions, build scripts, lockfiles) are watched.
 - Before the workload starts, kooi takes a snapshot of every protected path (type,
   mode, content, link count; directories with everything in them) and a fingerprint
   of every watched one (size, mtime, inode, ctime: ctime cannot be set from user space).
-- While it runs, git's hooks, config and info (where they exist) are mounted
-  read-only over the project (container and jail): writes fail with EROFS.
+- While it runs, git's hooks, config and info (where they are real) are shadowed:
+  throwaway copies, made from the snapshot, are mounted over them (container and
+  jail). The project's own never change while the workload runs, and afterwards
+  every change the workload made to a copy is listed as refused (how: shadowed) and
+  dropped with the copy. A read-only mount would also keep them, but would fail the
+  write without a trace: nothing could list it.
 - After the workload and everything it started have ended, kooi compares: every
   protected path that differs (created, changed, deleted, replaced by a symlink, a
   parent replaced by a symlink, also by renaming `.git` away) is put back as it was
-  and listed as refused; anything it cannot read or put back fails the run. Every
+  and listed as refused (how: put back); anything it cannot read or put back fails
+  the run. Every
   watched path that differs is listed. Nothing is followed through a symlink.
 
 A workflow can drop protected paths from the list (unprotected_paths).
@@ -45,10 +50,11 @@ GIT_DATA = frozenset({
     "packed-refs", "description", "shallow", "rebase-merge", "rebase-apply", "sequencer", "lost-found", "gc.log",
     "gc.pid", "BISECT_LOG", "BISECT_START", "BISECT_TERMS", "BISECT_NAMES", "BISECT_EXPECTED_REV",
     "BISECT_ANCESTORS_OK", "branches", "modules"})
-# Mounted read-only while the workload runs, where they exist.
-READ_ONLY = (".git/hooks", ".git/config", ".git/info")
+# Shadowed (a throwaway copy mounted over them) while the workload runs, where they
+# are real.
+SHADOWED = (".git/hooks", ".git/config", ".git/info")
 # What a workflow may unprotect (unprotected_paths; the schema's enum).
-UNPROTECTABLE = PROTECTED + READ_ONLY + (".git/modules",)
+UNPROTECTABLE = PROTECTED + SHADOWED + (".git/modules",)
 # Changed paths a pipeline should look at before it trusts the result: CI definitions,
 # build scripts and wrappers, lockfiles, hook managers, agent instructions.
 WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "azure-pipelines.yml", ".buildkite",
@@ -318,6 +324,7 @@ class Guard:
     watched: dict[str, Entry] | None = None  # None: the workload never started
     extra: list[str] = field(default_factory=list)
     git_dirs: tuple[str, ...] = (".git",)
+    shadow: Path | None = None  # where the shadows are (shadows()), until check() drops them
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -343,11 +350,53 @@ class Guard:
         the files' ctime)."""
         self.watched = scan(self.root, WATCHED, content=False, strict=False)
 
-    def read_only(self) -> list[str]:
-        """git's hooks, config and info where they are real directories or files:
-        mounted read-only over the project while the workload runs."""
-        return [p for p in READ_ONLY if p not in self.unprotected and p in self.protected
+    def shadowed(self) -> list[str]:
+        """git's hooks, config and info where they are real directories or files."""
+        return [p for p in SHADOWED if p not in self.unprotected and p in self.protected
                 and self.protected[p].kind in ("dir", "file")]
+
+    def _under_shadowed(self) -> dict[str, Entry]:
+        rels = self.shadowed()
+        return {k: e for k, e in self.protected.items() if any(k == r or k.startswith(r + "/") for r in rels)}
+
+    def shadows(self, base: Path) -> list[tuple[str, Path]]:
+        """Make the throwaway copies of shadowed() in BASE (a new directory), from the
+        snapshot (the project is not read again): (path in the project, its copy), to
+        mount over the project's while the workload runs."""
+        rels = self.shadowed()
+        if not rels:
+            return []
+        base.mkdir(mode=0o700, parents=True)
+        self.shadow = base
+        for rel, e in sorted(self._under_shadowed().items(), key=lambda kv: len(Path(kv[0]).parts)):
+            _restore(base, rel, e)
+        return [(rel, base / rel) for rel in rels]
+
+    def _check_shadows(self) -> tuple[list[dict[str, str]], str]:
+        """What the workload changed in the copies (never in the project), and the
+        copies removed: (refused, a warning when they could not all be)."""
+        if self.shadow is None:
+            return [], ""
+        before = self._under_shadowed()
+        refused = []
+        try:
+            after = scan(self.shadow, tuple(self.shadowed()), strict=False, git_dirs=())
+        except OSError as exc:
+            after = {}
+            refused.append({"path": ".git", "change": f"its shadows unreadable ({exc.strerror or exc})",
+                            "how": "shadowed"})
+        for rel in sorted(set(before) | set(after)):
+            b, a = before.get(rel), after.get(rel)
+            if b is not None and b.same(a):
+                continue
+            refused.append({"path": rel, "change": _change(b, a), "how": "shadowed"})
+        warning = ""
+        try:
+            _remove(self.shadow)
+        except OSError as exc:
+            warning = f"the shadows in {self.shadow} are left ({exc.strerror or exc}); kooi gc removes them"
+        self.shadow = None
+        return refused, warning
 
     def check(self) -> dict[str, Any]:
         """After the run: put back every protected path that differs; the record.
@@ -363,7 +412,7 @@ class Guard:
             b, a = self.protected.get(rel), after.get(rel)
             if b is None and a is None or b is not None and b.same(a):
                 continue
-            refused.append({"path": rel, "change": _change(b, a)})
+            refused.append({"path": rel, "change": _change(b, a), "how": "put back"})
         # Remove what the workload created or made unreadable (deepest first), then
         # put back what was there (shallowest first).
         for item in sorted(refused, key=lambda r: -len(Path(r["path"]).parts)):
@@ -398,5 +447,9 @@ class Guard:
             if b is not None and (b.same(a) or a is not None and b.kind == "dir" == a.kind):
                 continue
             changed.append({"path": rel, "change": _change(b, a)})
-        return {"protected": list(self.paths), "refused": refused, "restored": not failed,
-                "restore_failed": failed, "watched_changed": changed}
+        shadowed, warning = self._check_shadows()
+        record: dict[str, Any] = {"protected": list(self.paths), "refused": shadowed + refused,
+                                  "restored": not failed, "restore_failed": failed, "watched_changed": changed}
+        if warning:
+            record["warning"] = warning
+        return record

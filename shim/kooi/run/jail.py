@@ -28,12 +28,12 @@ JAIL_PROXY_DIR = "/run/kooi"
 
 
 def bwrap_argv(wf: Workflow, project: Path, proxy: tuple[Path, int] | None = None,
-               seccomp_fd: int | None = None, read_only: list[str] | None = None) -> list[str]:
+               seccomp_fd: int | None = None, shadows: list[tuple[str, Path]] | None = None) -> list[str]:
     """PROXY: (the bridge's directory, the proxy port) for network: proxy: the jail gets
     the bridge socket and a forwarder on its own loopback, never a network.
     SECCOMP_FD: a readable fd holding kooi's seccomp program (kooi/seccomp.py), which
-    bwrap installs right before it executes the workload. READ_ONLY: project paths
-    bound read-only over the project (its protected paths, run.guard)."""
+    bwrap installs right before it executes the workload. SHADOWS: (path in the
+    project, a throwaway copy) bound over the project's (run.guard)."""
     if not shutil.which("bwrap"):
         raise RunError("unavailable", EXIT_UNAVAILABLE, "bwrap is missing (package bubblewrap); re-run site.yml")
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -46,8 +46,8 @@ def bwrap_argv(wf: Workflow, project: Path, proxy: tuple[Path, int] | None = Non
             argv += ["--ro-bind", str(p), f"/{top}"]
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home",
              "--bind", str(project), WORKSPACE]
-    for rel in read_only or []:
-        argv += ["--ro-bind", str(project / rel), f"{WORKSPACE}/{rel}"]
+    for rel, copy in shadows or []:
+        argv += ["--bind", str(copy), f"{WORKSPACE}/{rel}"]
     argv += ["--chdir", str(Path(WORKSPACE) / wf.workdir),
              "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
              "--setenv", "HOME", "/tmp/home", "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp"]
@@ -109,7 +109,7 @@ class JailBackend:
         finally:
             os.close(wfd)
         self.argv = [*prefix, *bwrap_argv(wf, ctx.project, proxy, rfd,
-                                          ctx.guard.read_only() if ctx.guard else [])]
+                                          ctx.shadows())]
 
     def start(self) -> None:
         assert self.ctx is not None

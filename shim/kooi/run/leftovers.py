@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -53,5 +54,15 @@ def gc(run_dir: Path, engine_config: Path | None = None, dry_run: bool = False,
                 removed.append(f"{sub[:-1]} {f}")
                 if not dry_run:
                     f.unlink()
+    # Throwaway copies of git's hooks, config and info (run.guard) a run could not
+    # remove (entries the workload's uid made unwritable): never read again.
+    d = run_dir / "shadows"
+    for f in d.glob("*") if d.is_dir() else []:
+        if f.lstat().st_mtime < cutoff:
+            removed.append(f"shadow {f}")
+            if not dry_run:
+                shutil.rmtree(f, ignore_errors=True)
+                if f.exists():
+                    removed[-1] += " (not all removed: files of the workload's uid; remove them as root)"
     client.close()
     return removed

@@ -75,7 +75,7 @@ def acl_users(path: Path, default: bool = False) -> dict[int, int]:
     return out
 
 
-def grant_workspace(project: Path, host_uid: int, runner_uid: int, log: Log) -> None:
+def grant_workspace(project: Path, host_uid: int, runner_uid: int, log: Log, note: bool = True) -> None:
     """Let the container's (mapped, non-root) user write the project, and the runner keep
     access to what it writes: POSIX ACLs, set once (new files inherit the default ACL)."""
     if not shutil.which("setfacl"):
@@ -91,7 +91,8 @@ def grant_workspace(project: Path, host_uid: int, runner_uid: int, log: Log) -> 
 
     if granted():
         return
-    log.note(f"granting the workload's uid {host_uid} access to {project} (POSIX ACL, once)")
+    if note:
+        log.note(f"granting the workload's uid {host_uid} access to {project} (POSIX ACL, once)")
     spec = f"u:{host_uid}:rwX,d:u:{host_uid}:rwX,d:u:{runner_uid}:rwX,d:m::rwx,m::rwx"
     import subprocess  # only the first run on a project sets them
 
