@@ -96,6 +96,7 @@ MAP: dict[str, list[str]] = {
     "RUN-TIMEOUT": [],
     "RUN-LOCK": [],
     "RUN-PROJECT-GUARD": [],
+    "RUN-SECRETS-HIDDEN": [],
     "RUN-CLEANUP": [],
 }
 

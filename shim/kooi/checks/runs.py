@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from ..hoststate import paths
+from ..hoststate.secrets import parse as parse_secrets
 from .confinement import RUN_DIR, SYSTEM_PATH
 from .core import FAIL, NA, PASS, Context, Host, Outcome, check
 
@@ -47,11 +48,12 @@ def _script(host: Host, ctx: Context, body: str) -> None:
         raise RuntimeError(f"cannot write the script into {PROJECT}: {res.stderr.strip()}")
 
 
-def _run(host: Host, ctx: Context, name: str, background: bool = False) -> tuple[int | None, dict[str, Any] | None, str]:
-    """kooi run kooi-runcheck; returns (rc, result or None, output)."""
+def _run(host: Host, ctx: Context, name: str, background: bool = False,
+         workflow: str = WORKFLOW) -> tuple[int | None, dict[str, Any] | None, str]:
+    """kooi run kooi-runcheck (or WORKFLOW); returns (rc, result or None, output)."""
     out = f"{RUN_DIR}/{name}.json"
     host.run(f"rm -f {out}")
-    cmd = f"PATH={SYSTEM_PATH} {shlex.quote(ctx.engine.kooi_bin)} run {WORKFLOW} --project {PROJECT} --json {out}"
+    cmd = f"PATH={SYSTEM_PATH} {shlex.quote(ctx.engine.kooi_bin)} run {workflow} --project {PROJECT} --json {out}"
     if background:
         # Its own session: kooi run treats SIGHUP as an interruption (and ends the run),
         # and the end of the caller's session (docker exec, ssh) may send one.
@@ -191,6 +193,60 @@ def run_project_guard(host: Host, ctx: Context) -> Outcome:
         return FAIL, "; ".join(bad)
     return PASS, ("the hook landed in a throwaway copy of .git/hooks, never in the project; the .envrc it created "
                   "was removed; both listed")
+
+
+SECRETCHECK = "kooi-secretcheck"
+CANARY = "KOOI_CANARY=kooi-canary-a-plain-environment-value"
+
+
+@check("RUN-SECRETS-HIDDEN", "a workload that names inject secrets holds placeholders, never a value: not in its "
+       "environment, any process's, its output, the run's result or log, the injector's or proxy's logs",
+       "an API key a hostile dependency reads from the environment or /proc and sends anywhere it likes")
+def run_secrets_hidden(host: Host, ctx: Context) -> Outcome:
+    if not host.file(f"{paths.WORKFLOWS}/{SECRETCHECK}.yml").exists:
+        return NA, f"no {SECRETCHECK} workflow: this host holds no inject secrets (or no egress control)"
+    if (why := _available(host, ctx)) is not None:
+        return NA, why
+    desc = parse_secrets(host.file(paths.SECRETS).content_string, paths.SECRETS)
+    names = sorted(desc.injected)
+    # Everything of its environment a workload can read, and what it can read of its
+    # processes' (the check reads it back from the run's log).
+    _script(host, ctx, "env | sed 's/^/ENV /'; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$f\" "
+                       "2>/dev/null | sed 's/^/PROC /'; done; echo SECRETS-DONE")
+    rc, res, out = _run(host, ctx, "runcheck-secrets", workflow=SECRETCHECK)
+    if res is None:
+        return FAIL, f"no JSON result (rc={rc}): {out.strip()[-200:]}"
+    log = host.file(res.get("log") or "/nonexistent")
+    text = log.content_string if log.exists else ""
+    bad = []
+    if rc != 0 or "SECRETS-DONE" not in text:
+        bad.append(f"the workload did not run to its end (rc={rc}): {out.strip()[-200:]}")
+    # The negative control: a plain environment value shows up where the check looks,
+    # in the workload's environment and in its processes'.
+    if f"ENV {CANARY}" not in text or f"PROC {CANARY}" not in text:
+        bad.append("the negative control failed: the plain environment value KOOI_CANARY is not where the check "
+                   "looks, so the check could not see a secret there either")
+    for name in names:
+        env = desc.secrets[name].env
+        if env and f"ENV {env}=kooi-placeholder-" not in text:
+            bad.append(f"{env} (secret {name}) does not hold a placeholder")
+    eg = ctx.described(host, "egress")
+    where = [res.get("log") or "", f"{RUN_DIR}/runcheck-secrets.json", desc.injector.access_log, PROJECT]
+    where += [eg.access_log, eg.run_log] if eg is not None else []
+    for name in names:
+        # grep takes the value from the store itself (-f): it is never on a command
+        # line, in this process or in any output.
+        store = shlex.quote(f"{paths.SECRETS_DIR}/{name}")
+        hit = host.run(f"test -s {store} || echo EMPTY; grep -rlF -f {store} "
+                       f"{' '.join(shlex.quote(p) for p in where if p)} 2>/dev/null").stdout.split()
+        if "EMPTY" in hit:
+            bad.append(f"secret {name} has no value in the store")
+        elif hit:
+            bad.append(f"the value of secret {name} is in {', '.join(hit)}")
+    if bad:
+        return FAIL, "; ".join(bad)
+    return PASS, (f"{', '.join(names)}: placeholders only, the values in no output, result or log; the plain "
+                  "environment canary was found where the check looks (negative control)")
 
 
 @check("RUN-CLEANUP", "nothing of a finished run is left: containers, networks, the scratch script's runs",
