@@ -238,14 +238,17 @@ def run_secrets_hidden(host: Host, ctx: Context) -> Outcome:
         # line, in this process or in any output.
         store = shlex.quote(f"{paths.SECRETS_DIR}/{name}")
         hit = host.run(f"test -s {store} || echo EMPTY; grep -rlF -f {store} "
-                       f"{' '.join(shlex.quote(p) for p in where if p)} 2>/dev/null").stdout.split()
+                       f"{' '.join(shlex.quote(p) for p in where if p)} 2>/dev/null; "
+                       f"if [ -d /run/systemd/system ]; then timeout 120 journalctl -b -q -o cat --no-pager "
+                       f"| grep -qF -f {store} && echo the-journal; fi").stdout.split()
         if "EMPTY" in hit:
             bad.append(f"secret {name} has no value in the store")
         elif hit:
             bad.append(f"the value of secret {name} is in {', '.join(hit)}")
     if bad:
         return FAIL, "; ".join(bad)
-    return PASS, (f"{', '.join(names)}: placeholders only, the values in no output, result or log; the plain "
+    return PASS, (f"{', '.join(names)}: placeholders only, the values in no output, result or log (nor this "
+                  f"boot's journal, where systemd runs); the plain "
                   "environment canary was found where the check looks (negative control)")
 
 
