@@ -35,6 +35,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "shim"))
+sys.path.insert(0, str(REPO / "tests/e2e"))
+
+from testca import make_ca  # noqa: E402
 
 from kooi import inject  # noqa: E402
 from kooi.hoststate import secrets as secrets_state  # noqa: E402
@@ -65,20 +68,11 @@ def main() -> None:
     args = ap.parse_args()
     d = Path(tempfile.mkdtemp(prefix="kooi-bench-inject-"))
 
-    def ossl(*a: str) -> None:
-        subprocess.run(["openssl", *a], check=True, capture_output=True)
-
-    ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=bench CA",
-         "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
-    ossl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", str(d / "s.key"),
-         "-out", str(d / "s.csr"))
-    (d / "san").write_text("subjectAltName=DNS:localhost\n")
-    ossl("x509", "-req", "-in", str(d / "s.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
-         "-CAcreateserial", "-days", "1", "-extfile", str(d / "san"), "-out", str(d / "s.pem"))
+    make_ca(d, ["localhost"], cn="bench CA", days=1)
     (d / "script.json").write_text(json.dumps({"model_turns": [{"text": "ok"}]}))
     api_port = free_port()
     api = subprocess.Popen([sys.executable, str(REPO / "tests/e2e/messages_api.py"), "--bind", "127.0.0.1",
-                            "--port", str(api_port), "--cert", str(d / "s.pem"), "--key", str(d / "s.key"),
+                            "--port", str(api_port), "--cert", str(d / "server.pem"), "--key", str(d / "server.key"),
                             "--script", str(d / "script.json"), "--log", str(d / "log.jsonl")],
                            stdout=subprocess.PIPE, text=True)
     assert api.stdout is not None and api.stdout.readline().strip() == "ready"

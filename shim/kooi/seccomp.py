@@ -18,7 +18,15 @@ Self-contained (standard library only): jails get `program()` through
 `bwrap --seccomp FD`; containers of kooi's runner image run this file's source with
 the image's python3, which installs the filter and executes the workload:
 
-    python3 -I -S -c "$(cat seccomp.py)" -- COMMAND...
+    python3 -I -S -c "$(cat seccomp.py)" -- [--deadline SECONDS] COMMAND...
+
+With --deadline, as the container's pid 1 (instead of the engine's init), it is also
+the run's deadline that does not depend on `kooi run`: it forks the workload (which
+alone gets the filter), forwards signals to it, reaps every orphan, and exits with its
+exit code; SECONDS after it started, it kills every process of the container and exits
+124, which ends the container. Nothing inside can stop that: a namespace's init gets
+no signal it has no handler for (SIGSTOP, SIGKILL) from inside, and it is not
+dumpable, so the workload (same uid) can neither ptrace it nor write its memory.
 """
 
 import errno
@@ -108,21 +116,67 @@ def install(prog: bytes | None = None) -> None:
             raise OSError(e, f"prctl({option}): {os.strerror(e)}")
 
 
-def main(argv: list[str]) -> None:
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    if not argv:
-        sys.exit("usage: python3 -c \"$(cat seccomp.py)\" -- COMMAND...")
+def _exec(argv: list[str]) -> None:
     try:
         install()
     except (OSError, ValueError) as exc:
         print(f"kooi: cannot install kooi's seccomp filter: {exc}", file=sys.stderr)
-        sys.exit(125)
+        os._exit(125)
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:
         print(f"kooi: {argv[0]}: {exc.strerror}", file=sys.stderr)
-        sys.exit(127 if exc.errno == errno.ENOENT else 126)
+        os._exit(127 if exc.errno == errno.ENOENT else 126)
+
+
+FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGCONT")
+
+
+def init(deadline: float, argv: list[str]) -> None:
+    """pid 1 of the workload's container: the workload as its child, the deadline."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0: no ptrace, no /proc/1/mem
+        print("kooi: cannot make the init undumpable", file=sys.stderr)
+        sys.exit(125)
+    child = os.fork()
+    if child == 0:
+        _exec(argv)
+    for name in FORWARDED:
+        signal.signal(getattr(signal, name), lambda sig, _f: os.kill(child, sig))
+
+    def expired(_sig: int, _f: object) -> None:
+        os.write(2, f"kooi: the run's deadline of {deadline:.0f} s passed; every process is killed\n".encode())
+        try:
+            os.kill(-1, signal.SIGKILL)  # every process of the container but this one
+        finally:
+            os._exit(124)
+
+    signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, deadline)
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            os._exit(0)
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(code if code >= 0 else 128 - code)
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    deadline = None
+    if argv[:1] == ["--deadline"] and len(argv) > 1:
+        deadline, argv = float(argv[1]), argv[2:]
+    if not argv:
+        sys.exit("usage: python3 -c \"$(cat seccomp.py)\" -- [--deadline SECONDS] COMMAND...")
+    if deadline is not None and os.getpid() == 1:
+        init(deadline, argv)
+    _exec(argv)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import yaml
 from .conftest import KOOI, playbook
 from .test_egress import sh
 from .test_run import host, kooi_run, project, wfdir, write_wf  # noqa: F401 - fixtures
+from .testca import make_ca
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "kooi-e2e-api"
@@ -92,14 +93,7 @@ def api(host):
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     WORK.chmod(0o755)
-    ca, cert = WORK / "ca.pem", WORK / "server.pem"
-    sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=kooi e2e agent CA",
-       "-keyout", str(WORK / "ca.key"), "-out", str(ca))
-    sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={API}",
-       "-keyout", str(WORK / "server.key"), "-out", str(WORK / "server.csr"))
-    (WORK / "san.ext").write_text(f"subjectAltName=DNS:{API},DNS:{OTHER},DNS:{DENIED}\n")
-    sh("openssl", "x509", "-req", "-in", str(WORK / "server.csr"), "-CA", str(ca), "-CAkey", str(WORK / "ca.key"),
-       "-CAcreateserial", "-days", "2", "-extfile", str(WORK / "san.ext"), "-out", str(cert))
+    ca, cert, _ = make_ca(WORK, [API, OTHER, DENIED], cn="kooi e2e agent CA")
     ca.chmod(0o644)
     (WORK / "script.json").write_text(json.dumps(SCRIPT))
     (WORK / "other.json").write_text(json.dumps({"model_turns": []}))

@@ -28,6 +28,7 @@ from kooi.run.project import subid_start
 
 from .conftest import KOOI, playbook
 from .test_run import host, kooi_run, project, wfdir, write_wf  # noqa: F401 - fixtures
+from .testca import make_ca
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "kooi-e2e-up"
@@ -64,14 +65,7 @@ def upstreams(host):
     role run with an allowlist naming them (restored afterwards)."""
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    ca, cert = WORK / "ca.pem", WORK / "server.pem"
-    sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=kooi e2e test CA",
-       "-keyout", str(WORK / "ca.key"), "-out", str(ca))
-    sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={ALLOWED}",
-       "-keyout", str(WORK / "server.key"), "-out", str(WORK / "server.csr"))
-    (WORK / "san.ext").write_text(f"subjectAltName=DNS:{ALLOWED},DNS:{BLOCKED},DNS:{PRIVATE},IP:{ADDR}\n")
-    sh("openssl", "x509", "-req", "-in", str(WORK / "server.csr"), "-CA", str(ca), "-CAkey", str(WORK / "ca.key"),
-       "-CAcreateserial", "-days", "2", "-extfile", str(WORK / "san.ext"), "-out", str(cert))
+    ca, cert, _ = make_ca(WORK, [ALLOWED, BLOCKED, PRIVATE], (ADDR,), cn="kooi e2e test CA")
     sh("ip", "netns", "del", NS, check=False)
     sh("ip", "link", "del", "kooi-up0", check=False)
     sh("ip", "netns", "add", NS)

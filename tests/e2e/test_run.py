@@ -19,6 +19,8 @@ import jsonschema
 import pytest
 import yaml
 
+from kooi.run import filters
+
 from .conftest import KOOI, REPO
 
 RESULT_KEYS = {"workflow", "run_id", "project", "mode", "isolation", "workflow_file", "image",
@@ -168,6 +170,43 @@ def test_timeout_kills_the_whole_workload(host, wfdir, project):
     assert result["reason"] == "timeout" and "timeout of 3 s" in result["message"]
     jsonschema.validate(result, json.loads((REPO / "docs/run-result.schema.json").read_text()))
     assert time.monotonic() - t0 < 60
+    assert leftovers(host) == []
+
+
+def runner_docker(host, *args: str) -> str:
+    return subprocess.run(["runuser", "-u", host["runner_user"], "--", "env", f"DOCKER_HOST=unix://{host['socket']}",
+                           "docker", *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_a_killed_supervisor_does_not_let_the_workload_outlive_its_deadline(host, wfdir, project):
+    """kill -9 of kooi run (the OOM killer, a pipeline cancelling its job): the
+    container's init, kooi's python3 as pid 1, still ends it at the run's timeout plus
+    the grace; kooi gc then removes what the dead supervisor left."""
+    write_wf(wfdir, "orphan", {**SLEEPER, "timeout": 3})
+    env = {**os.environ, "KOOI_WORKFLOW_DIR": str(wfdir)}
+    p = subprocess.Popen([KOOI, "run", "orphan", "--project", str(project("python-example"))], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    names: list[str] = []
+    until = time.monotonic() + 120
+    while not names and time.monotonic() < until and p.poll() is None:
+        names = runner_docker(host, "ps", "--filter", "label=org.kooi.workflow=orphan", "--format", "{{.Names}}").split()
+        time.sleep(0.2)
+    assert names, f"the workload never started (kooi run: {p.poll()})"
+    p.kill()
+    p.wait()
+    killed = time.monotonic()
+    state: list[str] = []
+    while time.monotonic() - killed < 3 + filters.DEADLINE_GRACE + 60:
+        state = runner_docker(host, "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", names[0]).split()
+        if state[0] != "running":
+            break
+        time.sleep(0.5)
+    took = time.monotonic() - killed
+    assert state == ["exited", "124"], state
+    # Not kooi run (dead), the init: it ended past kooi's own timeout.
+    assert took > 3, took
+    gc = subprocess.run([KOOI, "gc"], capture_output=True, text=True)
+    assert gc.returncode == 0 and names[0] in gc.stdout, gc.stdout + gc.stderr
     assert leftovers(host) == []
 
 

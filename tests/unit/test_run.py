@@ -4,6 +4,8 @@ engine and a real jail)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,9 +85,33 @@ def test_kooi_seccomp_filter_wraps_only_kooi_runner_images():
     ep = kw["Entrypoint"]
     assert ep[:4] == ["python3", "-I", "-S", "-c"] and ep[4] == filters.SOURCE and ep[5:] == ["--", "/e"]
     assert kw["Cmd"] == ["mvn", "verify"]
+    assert kw["HostConfig"]["Init"] is True  # no deadline asked: the engine's init
     kw, _ = args(wf())
     info = filters.stack_on_container(kw, IMG)
     assert info["kooi"] is False and "Entrypoint" not in kw and "not one" in info["note"]
+
+
+def test_kooi_init_holds_the_deadline_in_runner_images():
+    kooi_img = {"Config": {**IMG["Config"], "Labels": {"org.kooi.image": "runner"}, "Entrypoint": ["/e"]}}
+    kw, _ = args(wf(), img=kooi_img)
+    filters.stack_on_container(kw, kooi_img, 600)
+    assert kw["Entrypoint"][5:] == ["--", "--deadline", str(600 + filters.DEADLINE_GRACE), "/e"]
+    assert kw["HostConfig"]["Init"] is False  # kooi's python3 is pid 1
+    kw, _ = args(wf())
+    filters.stack_on_container(kw, IMG, 600)
+    assert kw["HostConfig"]["Init"] is True and "Entrypoint" not in kw
+
+
+def test_kooi_init_kills_everything_at_its_deadline_and_passes_exit_codes():
+    if subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True).returncode != 0:
+        pytest.fail("unshare --pid (root, util-linux) is needed to run kooi's init as a pid 1")
+    init = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-I", "-S", "-c", filters.SOURCE, "--"]
+    # The workload tries to stop and kill its init, then to outlive the deadline.
+    r = subprocess.run([*init, "--deadline", "1.5", "sh", "-c", "sleep 60 & kill -STOP 1; kill -KILL 1; sleep 60"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 124 and "deadline of 2 s passed" in r.stderr, r
+    assert subprocess.run([*init, "--deadline", "30", "sh", "-c", "exit 7"], timeout=30).returncode == 7
+    assert subprocess.run([*init, "--deadline", "30", "sh", "-c", "kill -TERM $$"], timeout=30).returncode == 143
 
 
 def test_jail_binds_only_usr_etc_and_the_project(monkeypatch):

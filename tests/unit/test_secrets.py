@@ -10,7 +10,6 @@ import http.server
 import json
 import socket
 import ssl
-import subprocess
 import sys
 import threading
 import time
@@ -24,7 +23,9 @@ from kooi.hoststate import secrets as secrets_state
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "roles/kooi_defaults/filter_plugins"))
+sys.path.insert(0, str(REPO / "tests/e2e"))
 from kooi_secrets import AnsibleFilterError, kooi_secrets_description  # noqa: E402
+from testca import make_ca  # noqa: E402
 
 PRESETS = {"anthropic": {"mode": "inject", "env": "ANTHROPIC_API_KEY", "base_url_env": "ANTHROPIC_BASE_URL",
                          "upstream": "https://api.anthropic.com", "header": "x-api-key",
@@ -139,19 +140,10 @@ class Upstream(http.server.BaseHTTPRequestHandler):
 def proxy(tmp_path_factory):
     d = tmp_path_factory.mktemp("inject")
 
-    def ossl(*a: str) -> None:
-        subprocess.run(["openssl", *a], check=True, capture_output=True)
-
-    ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA",
-         "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"))
-    ossl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", str(d / "s.key"),
-         "-out", str(d / "s.csr"))
-    (d / "san").write_text("subjectAltName=DNS:localhost\n")
-    ossl("x509", "-req", "-in", str(d / "s.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
-         "-CAcreateserial", "-days", "1", "-extfile", str(d / "san"), "-out", str(d / "s.pem"))
+    make_ca(d, ["localhost"], days=1)
     up = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(str(d / "s.pem"), str(d / "s.key"))
+    ctx.load_cert_chain(str(d / "server.pem"), str(d / "server.key"))
     up.socket = ctx.wrap_socket(up.socket, server_side=True)
     threading.Thread(target=up.serve_forever, daemon=True).start()
     cfg = desc(api={**PRESETS["anthropic"], "upstream": f"https://localhost:{up.server_address[1]}",

@@ -126,8 +126,14 @@ class ContainerBackend:
         wants_limits = any(v is not None for v in (wf.limits.memory, wf.limits.cpus, wf.limits.pids))
         enforce = engine_limits(client.info()) if wants_limits else {"memory": False, "pids": False, "cpus": False}
         body = container_args(wf, cfg, img, ctx.project, ctx.run_id, enforce, res, shadows)
-        res.seccomp = filters.stack_on_container(body, img)
+        res.seccomp = filters.stack_on_container(body, img, wf.timeout)
         log.note("seccomp: " + res.seccomp["note"])
+        deadline = wf.timeout + filters.DEADLINE_GRACE
+        res.limits["deadline"] = {"requested": deadline, "enforced": res.seccomp["kooi"],
+                                  "by": "the container's init" if res.seccomp["kooi"] else "kooi run only"}
+        if not res.seccomp["kooi"]:
+            res.warn(log, f"deadline: only kooi run ends this run at its timeout (image {res.image_digest} is not "
+                          "kooi's runner image, whose init would end it even without kooi run)")
         for w in res.warnings:
             log.note(f"warning: {w}")
         conf = ctx.confinement(lambda state: apparmor.for_container(cfg.mode, state))

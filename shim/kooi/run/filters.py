@@ -23,9 +23,17 @@ def program() -> bytes:
         raise unavailable(str(exc)) from None
 
 
-def stack_on_container(body: dict[str, Any], img_attrs: dict[str, Any]) -> dict[str, Any]:
+# How long after the run's own timeout the container's init kills everything: kooi run
+# ends a run at its timeout; the init's deadline only matters when kooi run is gone.
+DEADLINE_GRACE = 10
+
+
+def stack_on_container(body: dict[str, Any], img_attrs: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
     """Stack kooi's filter on the engine's profile where the image is kooi's runner image
-    (its python3 installs the filter, then executes the image's entrypoint and command)."""
+    (its python3 installs the filter, then executes the image's entrypoint and command).
+    With TIMEOUT, that python3 is also the container's init, and kills every process of
+    it TIMEOUT + DEADLINE_GRACE seconds after it started, whether or not kooi run is
+    still there (kooi/seccomp.py)."""
     from .. import labels
 
     conf = img_attrs.get("Config") or {}
@@ -35,5 +43,8 @@ def stack_on_container(body: dict[str, Any], img_attrs: dict[str, Any]) -> dict[
                         "kooi's runner image; this image is not one)"}
     program()
     # -S: no site processing; the filter needs the standard library only (~15 ms less per run).
-    body["Entrypoint"] = ["python3", "-I", "-S", "-c", SOURCE, "--", *(conf.get("Entrypoint") or [])]
+    init = ["--deadline", f"{timeout + DEADLINE_GRACE:g}"] if timeout else []
+    body["Entrypoint"] = ["python3", "-I", "-S", "-c", SOURCE, "--", *init, *(conf.get("Entrypoint") or [])]
+    if init:
+        body["HostConfig"]["Init"] = False  # kooi's python3 is pid 1 (the engine's init would be)
     return {"engine": "default", "kooi": True, "note": NOTE + ", stacked on the engine's default profile"}
