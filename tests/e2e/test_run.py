@@ -181,10 +181,11 @@ def runner_docker(host, *args: str) -> str:
 def test_a_killed_supervisor_does_not_let_the_workload_outlive_its_deadline(host, wfdir, project):
     """kill -9 of kooi run (the OOM killer, a pipeline cancelling its job): the
     container's init, kooi's python3 as pid 1, still ends it at the run's timeout plus
-    the grace; kooi gc then removes what the dead supervisor left."""
+    the grace; the next run of the workflow on the project removes what it left."""
     write_wf(wfdir, "orphan", {**SLEEPER, "timeout": 3})
     env = {**os.environ, "KOOI_WORKFLOW_DIR": str(wfdir)}
-    p = subprocess.Popen([KOOI, "run", "orphan", "--project", str(project("python-example"))], env=env,
+    proj = project("python-example")
+    p = subprocess.Popen([KOOI, "run", "orphan", "--project", str(proj)], env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     names: list[str] = []
     until = time.monotonic() + 120
@@ -205,8 +206,12 @@ def test_a_killed_supervisor_does_not_let_the_workload_outlive_its_deadline(host
     assert state == ["exited", "124"], state
     # Not kooi run (dead), the init: it ended past kooi's own timeout.
     assert took > 3, took
-    gc = subprocess.run([KOOI, "gc"], capture_output=True, text=True)
-    assert gc.returncode == 0 and names[0] in gc.stdout, gc.stdout + gc.stderr
+    # The next run of the workflow on the project removes what the dead one left.
+    res, result = kooi_run("orphan", proj, wfdir)
+    assert res.returncode == 124, res.stdout[-2000:] + res.stderr
+    assert any(names[0] in w and "whose kooi run died" in w for w in result["warnings"]), result["warnings"]
+    assert result["limits"]["deadline"] == {"requested": 3 + filters.DEADLINE_GRACE, "enforced": True,
+                                            "by": "the container's init"}, result["limits"]
     assert leftovers(host) == []
 
 

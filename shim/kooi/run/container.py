@@ -9,6 +9,7 @@ engine of its own (testcontainers: brokered.BrokeredEngine).
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,7 @@ class ContainerBackend:
             self.client = client = engineapi.connect(cfg)
         except engineapi.EngineError as exc:
             raise unavailable(str(exc)) from None
+        self._sweep()
         pin = image.read_pins().get(wf.image)
         if pin is None:
             raise unavailable(f"no pinned image {wf.image!r} in {image.PINS_PATH}; provision it with site.yml "
@@ -153,6 +155,33 @@ class ContainerBackend:
         self.container = client.create({**body, "Image": pin.id}, name=self.name)
         if self.access:
             self.access.protect(self.container)
+
+    def _sweep(self) -> None:
+        """Remove what an earlier run of this workflow on this project left when its kooi
+        run died (kill -9, the OOM killer): this run holds their run lock now, so nothing
+        of theirs is alive. Its workload ended at its own deadline (kooi's init); the
+        containers its broker started did not. One filtered list: cheap enough for every run."""
+        ctx, client = self.ctx, self.client
+        assert ctx is not None and client is not None
+        flt = {"label": [f"{labels.MANAGED}=1", f"{labels.WORKFLOW}={ctx.wf.name}", f"{labels.PROJECT}={ctx.project}"]}
+        try:
+            left = client.request("GET", "/containers/json", query={"all": "1", "filters": json.dumps(flt)}) or []
+        except (engineapi.APIError, OSError) as exc:
+            raise unavailable(f"the engine does not list containers: {exc}") from None
+        gone = []
+        for c in left:
+            name = (c.get("Names") or ["?"])[0].lstrip("/")
+            try:
+                client.remove(c["Id"])
+                gone.append(f"{name} (run {(c.get('Labels') or {}).get(labels.RUN, '?')})")
+            except engineapi.NotFound:
+                continue
+            except (engineapi.APIError, OSError) as exc:
+                raise unavailable(f"cannot remove {name}, left by an earlier run of this workflow on this project: "
+                                  f"{exc}") from None
+        if gone:
+            ctx.res.warn(ctx.log, f"removed {len(gone)} container(s) left by earlier runs of this workflow on this "
+                                  f"project whose kooi run died: {', '.join(gone)}")
 
     def _wire_egress(self, eg: EgressConfig, body: dict[str, Any], img_attrs: dict[str, Any]) -> Path:
         """Give the workload a network whose only way out is the proxy, and the proxy in
