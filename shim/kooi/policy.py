@@ -3,6 +3,9 @@
 `decide()` is a pure function of an Engine API request (method, URI, body) and a
 `Policy` (the run's workspace); the authorization plugin and the socket broker both
 call it. Every refusal names its reason. What it refuses:
+- container creates and updates that escape the run's bounds: CgroupParent, Cgroup,
+  OomKillDisable, PidsLimit <= 0, OomScoreAdj < 0, realtime CPU, unlimited Ulimits,
+  a RestartPolicy, a log driver that ships logs elsewhere, Annotations, a volume driver;
 - container creates with Privileged, CapAdd, Devices/DeviceRequests/DeviceCgroupRules,
   host PID/IPC/UTS/network/userns/cgroup namespaces (or another container's PID/IPC),
   SecurityOpt entries other than no-new-privileges, MaskedPaths/ReadonlyPaths given at
@@ -168,7 +171,61 @@ def _check_mounts(mounts: list[Any], policy: Policy) -> Decision | None:
     return None
 
 
+LOG_DRIVERS = ("", "json-file", "local", "none")
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _check_bounds(doc: dict[str, Any], what: str) -> Decision | None:
+    """Fields that let a container escape the bounds of the run that made it (its cgroup,
+    the OOM killer, process and realtime limits, its lifetime, the daemon's logging).
+    DOC: a create's HostConfig or an update's body (the same resource fields)."""
+    if field(doc, "CgroupParent"):
+        return deny(f"{what}: CgroupParent refused (another parent cgroup escapes the run's limits)")
+    if field(doc, "Cgroup"):
+        return deny(f"{what}: Cgroup refused (another container's cgroup)")
+    if _truthy(field(doc, "OomKillDisable")):
+        return deny(f"{what}: OomKillDisable refused (a container the OOM killer may not end takes the host's memory)")
+    pids = field(doc, "PidsLimit")
+    if pids is not None and ((n := _int(pids)) is None or n <= 0):
+        return deny(f"{what}: PidsLimit {pids!r} refused (0 and -1 mean no limit: a fork bomb takes the host)")
+    adj = field(doc, "OomScoreAdj")
+    if adj is not None and ((n := _int(adj)) is None or n < 0):
+        return deny(f"{what}: OomScoreAdj {adj!r} refused (below 0 the OOM killer ends others first)")
+    for key in ("CpuRealtimeRuntime", "CpuRealtimePeriod"):
+        if field(doc, key):
+            return deny(f"{what}: {key} refused (realtime scheduling can starve the host)")
+    for u in field(doc, "Ulimits") or []:
+        if not isinstance(u, dict):
+            return deny(f"{what}: Ulimits entries must be objects")
+        for key in ("Soft", "Hard"):
+            v = field(u, key)
+            if v is not None and ((n := _int(v)) is None or n < 0):
+                return deny(f"{what}: Ulimits {field(u, 'Name')!r} {key}={v!r} refused (unlimited)")
+    restart = field(doc, "RestartPolicy")
+    if restart is not None:
+        name = field(restart, "Name") if isinstance(restart, dict) else restart
+        if name not in (None, "", "no"):
+            return deny(f"{what}: RestartPolicy {name!r} refused (a container that restarts outlives its run)")
+    log = field(doc, "LogConfig")
+    if log is not None:
+        driver = field(log, "Type") if isinstance(log, dict) else log
+        if driver not in (None, *LOG_DRIVERS):
+            return deny(f"{what}: log driver {driver!r} refused (the daemon would send the logs where the "
+                        "workload says, past the egress rules)")
+    if field(doc, "Annotations"):
+        return deny(f"{what}: Annotations refused (they reach the OCI runtime)")
+    driver = field(doc, "VolumeDriver")
+    if driver not in (None, "", "local"):
+        return deny(f"{what}: volume driver {driver!r} refused")
+    return None
+
+
 def _check_host_config(hc: dict[str, Any], policy: Policy) -> Decision:
+    if (d := _check_bounds(hc, "container create")) is not None:
+        return d
     if _truthy(field(hc, "Privileged")):
         return deny("privileged containers are refused")
     if field(hc, "CapAdd"):
@@ -246,7 +303,8 @@ def _container_update(doc: dict[str, Any], policy: Policy) -> Decision:
     for key in DEVICE_KEYS:
         if field(doc, key):
             return deny(f"container update: {key} are refused")
-    return ALLOW
+    d = _check_bounds(doc, "container update")
+    return ALLOW if d is None else d
 
 
 # --- the table ----------------------------------------------------------------------
