@@ -265,4 +265,10 @@ def run_cleanup(host: Host, ctx: Context) -> Outcome:
     older = host.run(ctx.as_runner(f"docker ps -aq --filter label=org.kooi.workflow={WORKFLOW}")).stdout.split()
     if left or older:
         return FAIL, f"left on the engine: this run {left}, earlier {WORKFLOW} runs {older}"
-    return PASS, f"run {res['run_id']}: no container or network left (nor of earlier {WORKFLOW} runs)"
+    timer = ""
+    if host.file("/run/systemd/system").is_directory:
+        state = host.run("systemctl is-enabled kooi-gc.timer; systemctl is-active kooi-gc.timer").stdout.split()
+        if state != ["enabled", "active"]:
+            return FAIL, f"kooi-gc.timer is {' '.join(state) or 'missing'} (want enabled, active): re-run site.yml"
+        timer = "; kooi-gc.timer enabled and active"
+    return PASS, f"run {res['run_id']}: no container or network left (nor of earlier {WORKFLOW} runs){timer}"
