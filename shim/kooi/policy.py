@@ -4,7 +4,7 @@
 `Policy` (the run's workspace); the authorization plugin and the socket broker both
 call it. Every refusal names its reason. What it refuses:
 - container creates and updates that escape the run's bounds: CgroupParent, Cgroup,
-  OomKillDisable, PidsLimit <= 0, OomScoreAdj < 0, realtime CPU, unlimited Ulimits,
+  OomKillDisable, PidsLimit < 0, OomScoreAdj < 0, realtime CPU, unlimited Ulimits,
   a RestartPolicy, a log driver that ships logs elsewhere, Annotations, a volume driver;
 - container creates with Privileged, CapAdd, Devices/DeviceRequests/DeviceCgroupRules,
   host PID/IPC/UTS/network/userns/cgroup namespaces (or another container's PID/IPC),
@@ -188,9 +188,10 @@ def _check_bounds(doc: dict[str, Any], what: str) -> Decision | None:
         return deny(f"{what}: Cgroup refused (another container's cgroup)")
     if _truthy(field(doc, "OomKillDisable")):
         return deny(f"{what}: OomKillDisable refused (a container the OOM killer may not end takes the host's memory)")
+    # 0 is "not set": the docker CLI sends it on every create. -1 asks to lift a limit.
     pids = field(doc, "PidsLimit")
-    if pids is not None and ((n := _int(pids)) is None or n <= 0):
-        return deny(f"{what}: PidsLimit {pids!r} refused (0 and -1 mean no limit: a fork bomb takes the host)")
+    if pids is not None and ((n := _int(pids)) is None or n < 0):
+        return deny(f"{what}: PidsLimit {pids!r} refused (-1 lifts the limit: a fork bomb takes the host)")
     adj = field(doc, "OomScoreAdj")
     if adj is not None and ((n := _int(adj)) is None or n < 0):
         return deny(f"{what}: OomScoreAdj {adj!r} refused (below 0 the OOM killer ends others first)")

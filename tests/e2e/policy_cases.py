@@ -19,7 +19,6 @@ def refused_runs(workspace: str) -> list[tuple[list[str], str]]:
         (["--cgroup-parent", "/"], "CgroupParent refused"),
         (["--oom-kill-disable"], "OomKillDisable refused"),
         (["--pids-limit", "-1"], "PidsLimit"),
-        (["--restart", "always"], "RestartPolicy 'always' refused"),
         (["--log-driver", "syslog"], "log driver 'syslog' refused"),
         (["--cpu-rt-runtime", "1000"], "CpuRealtimeRuntime refused"),
     ]

@@ -62,6 +62,7 @@ ALLOWED = [
                                            "Ulimits": None, "RestartPolicy": {"Name": "no", "MaximumRetryCount": 0},
                                            "LogConfig": {"Type": "", "Config": {}}, "VolumeDriver": "",
                                            "Annotations": None})),
+    ("POST", "/containers/create", create({"PidsLimit": 0})),  # the docker CLI's "not set"
     ("POST", "/containers/create", create({"PidsLimit": 256, "OomScoreAdj": 500, "LogConfig": {"Type": "json-file"},
                                            "Ulimits": [{"Name": "nofile", "Soft": 1024, "Hard": 4096}]})),
     ("POST", "/containers/abc/update", json.dumps({"Memory": 1 << 30, "PidsLimit": 128}).encode()),
@@ -150,7 +151,6 @@ REFUSED = [
     ("/containers/create", create({"Cgroup": "container:abc"}), "Cgroup"),
     ("/containers/create", create({"OomKillDisable": True}), "OomKillDisable"),
     ("/containers/create", create({"PidsLimit": -1}), "PidsLimit"),
-    ("/containers/create", create({"PidsLimit": 0}), "PidsLimit"),
     ("/containers/create", create({"PidsLimit": "100"}), "PidsLimit"),
     ("/containers/create", create({"OomScoreAdj": -1000}), "OomScoreAdj"),
     ("/containers/create", create({"CpuRealtimeRuntime": 950000}), "CpuRealtimeRuntime"),
@@ -230,7 +230,7 @@ DANGER = {
     "Binds": st.sampled_from([["/:/h"], ["/etc:/e"], [f"{WS}/etc-link:/e"], ["/var/run/docker.sock:/s"]]),
     "CgroupParent": st.sampled_from(["/", "system.slice"]),
     "OomKillDisable": st.just(True),
-    "PidsLimit": st.sampled_from([-1, 0]),
+    "PidsLimit": st.sampled_from([-1, -2]),
     "RestartPolicy": st.sampled_from([{"Name": "always"}, {"Name": "on-failure", "MaximumRetryCount": 3}]),
 }
 HARMLESS = {
