@@ -31,6 +31,7 @@ AUTHZ_SOCKET = f"/run/docker/plugins/{AUTHZ_PLUGIN}.sock"
 RUNS = "/var/lib/kooi/runs"
 BROKERS = f"{RUNS}/brokers"
 EGRESS_SETTINGS = f"{RUNS}/egress"
+SHADOWS = f"{RUNS}/shadows"  # throwaway copies of git's hooks, config and info (run.guard)
 SELFTEST_PROJECT = f"{RUNS}/selftest-project"
 RUNCHECK_PROJECT = f"{RUNS}/runcheck-project"
 LOG_DIR = "/var/log/kooi"
@@ -44,7 +45,7 @@ ALL: dict[str, str] = {
     "inject_control": INJECT_CONTROL, "inject_log_dir": INJECT_LOG_DIR,
     "workflows": WORKFLOWS, "seccomp_dir": SECCOMP_DIR, "authz_token": AUTHZ_TOKEN,
     "authz_plugin": AUTHZ_PLUGIN, "authz_socket": AUTHZ_SOCKET, "runs": RUNS,
-    "brokers": BROKERS, "egress_settings": EGRESS_SETTINGS,
+    "brokers": BROKERS, "egress_settings": EGRESS_SETTINGS, "shadows": SHADOWS,
     "selftest_project": SELFTEST_PROJECT, "runcheck_project": RUNCHECK_PROJECT,
     "log_dir": LOG_DIR,
 }
