@@ -113,11 +113,14 @@ def kooi_run(name: str, project: Path, wfdir: Path, *extra: str, user: str | Non
     return res, result
 
 
+def runner_docker(host, *args: str) -> str:
+    """The docker CLI as the runner, against the runner's engine; its stdout."""
+    return subprocess.run(["runuser", "-u", host["runner_user"], "--", "env", f"DOCKER_HOST=unix://{host['socket']}",
+                           "docker", *args], capture_output=True, text=True, check=True).stdout
+
+
 def leftovers(host) -> list[str]:
-    res = subprocess.run(["runuser", "-u", host["runner_user"], "--", "env", f"DOCKER_HOST=unix://{host['socket']}",
-                          "docker", "ps", "-a", "--filter", "label=org.kooi.managed=1", "--format", "{{.Names}}"],
-                         capture_output=True, text=True, check=True)
-    return res.stdout.split()
+    return runner_docker(host, "ps", "-a", "--filter", "label=org.kooi.managed=1", "--format", "{{.Names}}").split()
 
 
 def tree_digest(path: Path) -> str:
@@ -171,11 +174,6 @@ def test_timeout_kills_the_whole_workload(host, wfdir, project):
     jsonschema.validate(result, json.loads((REPO / "docs/run-result.schema.json").read_text()))
     assert time.monotonic() - t0 < 60
     assert leftovers(host) == []
-
-
-def runner_docker(host, *args: str) -> str:
-    return subprocess.run(["runuser", "-u", host["runner_user"], "--", "env", f"DOCKER_HOST=unix://{host['socket']}",
-                           "docker", *args], capture_output=True, text=True, check=True).stdout
 
 
 def test_a_killed_supervisor_does_not_let_the_workload_outlive_its_deadline(host, wfdir, project):
