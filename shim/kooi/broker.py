@@ -79,6 +79,9 @@ class RunScope:
     # The AppArmor profile every container the run creates gets (kooi's runner profile
     # where the engine applies AppArmor); None: the engine's default.
     apparmor: str | None = None
+    # The run's limits (run.limits.Plan.ceilings): forced on every container the run
+    # creates where it names none; the policy refuses values above them.
+    limits: dict[str, int] = field(default_factory=dict)
 
 
 class Rules:
@@ -196,6 +199,7 @@ class Rules:
             gojson.set_field(doc, "HostConfig", hc)
         if not isinstance(hc, dict):
             return None  # the policy refuses it
+        self.force_limits(hc)
         if self.scope.apparmor:
             opts = gojson.field(hc, "SecurityOpt") or []
             if not isinstance(opts, list):
@@ -245,6 +249,27 @@ class Rules:
                 elif mtype == "volume" and src and (d := self.ensure_volume(src)) is not None:
                     return d
         return None
+
+    def force_limits(self, hc: dict[str, Any]) -> None:
+        """The run's limits on a container that names none (0 is the docker CLI's "not
+        set"); values it names are the policy's to check against the run's."""
+        lim = self.scope.limits
+        for key in ("Memory", "PidsLimit"):
+            if key in lim and not gojson.field(hc, key):
+                gojson.set_field(hc, key, lim[key])
+        if "Memory" in lim and not gojson.field(hc, "MemorySwap"):
+            gojson.set_field(hc, "MemorySwap", gojson.field(hc, "Memory"))  # no swap beyond it
+        if "NanoCpus" in lim and not gojson.field(hc, "NanoCpus") and not gojson.field(hc, "CpuQuota"):
+            gojson.set_field(hc, "NanoCpus", lim["NanoCpus"])
+        ulimits = gojson.field(hc, "Ulimits") or []
+        if not isinstance(ulimits, list):
+            return  # the policy refuses it
+        named = {gojson.field(u, "Name") for u in ulimits if isinstance(u, dict)}
+        for key, value in lim.items():
+            if key.startswith("ulimit:") and key[len("ulimit:"):] not in named:
+                ulimits.append({"Name": key[len("ulimit:"):], "Soft": value, "Hard": value})
+        if ulimits:
+            gojson.set_field(hc, "Ulimits", ulimits)
 
     def filter_query(self, uri: str) -> str:
         """Add the run's label to a listing's filters (both filter encodings)."""

@@ -14,6 +14,7 @@ from . import __version__
 from .hoststate import HostStateError, paths
 from .hoststate import egress as egress_state
 from .hoststate import engine as engine_state
+from .hoststate import limits as limits_state
 from .hoststate import secrets as secrets_state
 
 # Exit codes shared by every subcommand (documented in docs/cli.md).
@@ -85,6 +86,9 @@ def _workflow_check(args: argparse.Namespace) -> int:
         # write (--secrets, from kooi_secrets) or the host's own.
         store = (secrets_state.parse(args.secrets, "--secrets") if args.secrets is not None
                  else secrets_state.load())
+        # The most a workflow may ask for: likewise (--limits, from kooi_workflow_*_limits).
+        host_limits = (limits_state.parse(args.limits, "--limits") if args.limits is not None
+                       else limits_state.load())
     except HostStateError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
@@ -104,13 +108,14 @@ def _workflow_check(args: argparse.Namespace) -> int:
                     data.get("secrets"), data.get("mode", "container"),
                     data.get("network") == "proxy" or bool(data.get("testcontainers")),
                     data.get("environment") or {}, f"{args.source}: {name}", store)
+                errors += workflow.limit_errors(data.get("limits"), f"{args.source}: {name}", host_limits)
             for e in errors:
                 print(e, file=sys.stderr)
             bad += bool(errors)
     for f in args.files:
         try:
             wf = workflow.parse(Path(f), args.name)
-            errors = workflow.secret_errors_of(wf, store)
+            errors = workflow.secret_errors_of(wf, store) + workflow.limit_errors_of(wf, host_limits)
             if errors:
                 raise workflow.WorkflowError("\n".join(errors))
             print(f"{f}: ok ({wf.name}, {wf.mode})")
@@ -291,8 +296,16 @@ def _authz(args: argparse.Namespace) -> int:
         print(f"kooi authz: cannot use the token file: {exc}", file=sys.stderr)
         return EXIT_FAIL
     try:
+        from .run.limits import host_ceilings
+
+        ceilings = host_ceilings(limits_state.load())
+    except HostStateError as exc:
+        print(f"kooi authz: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    try:
         policy = Policy(workspace=roots[0] if roots else None, extra_workspaces=tuple(roots[1:]),
-                        socket_dir=args.socket_dir, apparmor_profiles=_apparmor_profiles())
+                        socket_dir=args.socket_dir, apparmor_profiles=_apparmor_profiles(), limits=ceilings,
+                        limits_are="this host's maximum (kooi_workflow_max_limits)")
         authz.serve(Path(args.socket), policy, token=token, group=args.socket_group)
     except KeyboardInterrupt:
         pass
@@ -300,6 +313,35 @@ def _authz(args: argparse.Namespace) -> int:
         print(f"kooi authz: cannot serve on {args.socket}: {exc}", file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
+
+
+def _broker_limits(text: str, upstream: str) -> dict[str, int]:
+    """--limits: a workflow's `limits` (JSON), the rest the host's defaults, as the
+    engine at UPSTREAM bounds them (what kooi run gives a run's broker)."""
+    from . import engineapi
+    from .run import limits as run_limits
+    from .run.container import engine_limits
+
+    try:
+        want = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(want, dict) or set(want) - set(limits_state.KEYS):
+        raise ValueError(f"expected an object with keys from {', '.join(limits_state.KEYS)}")
+    for key, value in want.items():
+        if (err := limits_state.value_error(key, value)) is not None:
+            raise ValueError(f"{key}: {err}")
+    values, origin, errors = limits_state.resolve(want, limits_state.load())
+    if errors:
+        raise ValueError("; ".join(errors))
+    eng = engineapi.Engine(upstream)
+    try:
+        info = eng.info()
+    except engineapi.APIError as exc:
+        raise OSError(f"the engine does not answer GET /info: {exc}") from None
+    mode = "rootless" if "rootless" in (info.get("SecurityOptions") or [""])[-1] else "rootful"
+    plan = run_limits.for_container(values, origin, engine_limits(info), info.get("NCPU"), mode, eng.hard_rlimits())
+    return plan.ceilings()
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -320,10 +362,18 @@ def _broker(args: argparse.Namespace) -> int:
         except HostStateError as exc:
             print(f"kooi broker: {exc}; or pass --upstream", file=sys.stderr)
             return EXIT_USAGE
+    ceilings: dict[str, int] = {}
+    if args.limits is not None:
+        try:
+            ceilings = _broker_limits(args.limits, upstream)
+        except (ValueError, OSError) as exc:
+            print(f"kooi broker: --limits: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     labels = {"org.kooi.managed": "1", "org.kooi.run": args.run_id, "org.kooi.nested": "1"}
     scope = broker.RunScope(args.run_id, labels, network=args.network,
-                            path_map={"/workspace": args.workspace} if args.map_workspace else {})
-    b = broker.Broker(args.socket, upstream, Policy(workspace=args.workspace), scope,
+                            path_map={"/workspace": args.workspace} if args.map_workspace else {},
+                            limits=dict(ceilings))
+    b = broker.Broker(args.socket, upstream, Policy(workspace=args.workspace, limits=dict(ceilings)), scope,
                       log=lambda m: print(f"kooi broker: {m}", file=sys.stderr, flush=True))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -508,6 +558,8 @@ def build_parser() -> argparse.ArgumentParser:
     wc.add_argument("--source", default="kooi_workflows", help="what to call the --inline mapping in errors")
     wc.add_argument("--secrets", metavar="JSON", help="check secret names against this secrets description "
                     "(the form of /etc/kooi/secrets.json) instead of the host's")
+    wc.add_argument("--limits", metavar="JSON", help="check limits against this limits description "
+                    "(the form of /etc/kooi/limits.json) instead of the host's")
     wc.set_defaults(func=_workflow_check)
 
     i = sub.add_parser("image", help="build, verify and pin the runner image")
@@ -569,6 +621,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--mode", default="660", help="socket permissions, octal (default: %(default)s)")
     b.add_argument("--cleanup", action="store_true",
                    help="on exit, remove everything labelled with the run id and print a JSON summary")
+    b.add_argument("--limits", metavar="JSON", help="the run's limits, as a workflow's `limits` (the rest: the "
+                   "host's defaults): forced on containers that name none, refused above")
     b.add_argument("--config", default=str(engine_state.PATH), help=argparse.SUPPRESS)
     b.set_defaults(func=_broker)
     return p

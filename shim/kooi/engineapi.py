@@ -14,9 +14,11 @@ that times out never leaves a half-read response behind for the next request.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -148,6 +150,24 @@ class Engine:
             s.close()
             raise
         return s
+
+    def hard_rlimits(self) -> dict[str, int]:
+        """The hard process and open-file limits of the process serving the socket (the
+        daemon; SO_PEERCRED): what the containers it starts can be given at most. Empty
+        where they cannot be read."""
+        try:
+            with self.connect(timeout=5) as s:
+                pid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+            text = Path(f"/proc/{pid}/limits").read_text()
+        except OSError:
+            return {}
+        rows = {"Max processes": "nproc", "Max open files": "nofile"}
+        out: dict[str, int] = {}
+        for line in text.splitlines():
+            cols = re.split(r"\s{2,}", line.strip())
+            if cols[0] in rows and len(cols) >= 3 and cols[2].isdigit():
+                out[rows[cols[0]]] = int(cols[2])
+        return out
 
     def _exchange(self, method: str, url: str, body: Any, timeout: float | None) -> _Response:
         """Send one request (its own connection, closed after the answer) and read the

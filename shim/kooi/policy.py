@@ -75,6 +75,10 @@ class Policy:
     socket_dir: str | None = None  # sockets directly in here may be mounted (kooi run's brokers)
     extra_workspaces: tuple[str, ...] = ()  # further roots for bind sources (the plugin's)
     apparmor_profiles: tuple[str, ...] = ()  # SecurityOpt apparmor=NAME allowed for these (kooi's own)
+    # The most a container may ask for: HostConfig fields (Memory, MemorySwap, PidsLimit,
+    # NanoCpus) and rlimits ("ulimit:nproc", ...); a broker's are its run's limits.
+    limits: dict[str, int] = dataclasses.field(default_factory=dict, compare=False)
+    limits_are: str = "the run's limit"  # what refusals call them
     max_body: int = MAX_BODY
     resolve: Callable[[str], str] = dataclasses.field(default=os.path.realpath, compare=False)
     is_socket: Callable[[str], bool] | None = dataclasses.field(default=None, compare=False)
@@ -178,10 +182,41 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _check_bounds(doc: dict[str, Any], what: str) -> Decision | None:
+def _check_limits(doc: dict[str, Any], what: str, limits: dict[str, int], whose: str) -> Decision | None:
+    """Values above LIMITS (the run's; absent or 0 is "not set": a broker forces the
+    run's own on create, an update keeps the container's)."""
+    for key, top in limits.items():
+        if key.startswith("ulimit:"):
+            continue
+        v = field(doc, key)
+        if v is None or v == 0:
+            continue
+        if (n := _int(v)) is None or n < 0 or n > top:
+            return deny(f"{what}: {key} {v!r} refused (above {whose} of {top})")
+    if "NanoCpus" in limits:
+        quota, period = _int(field(doc, "CpuQuota")), _int(field(doc, "CpuPeriod")) or 100000
+        if quota is not None and (quota < -1 or quota * 1e9 / period > limits["NanoCpus"]):
+            return deny(f"{what}: CpuQuota {quota} per {period} refused (above {whose} of "
+                        f"{limits['NanoCpus'] / 1e9:g} CPUs)")
+    for u in field(doc, "Ulimits") or []:
+        if not isinstance(u, dict):
+            return deny(f"{what}: Ulimits entries must be objects")
+        ceiling = limits.get(f"ulimit:{field(u, 'Name')}")
+        for key in ("Soft", "Hard"):
+            v = field(u, key)
+            if ceiling is not None and v is not None and ((n := _int(v)) is None or n > ceiling):
+                return deny(f"{what}: Ulimits {field(u, 'Name')!r} {key}={v!r} refused (above {whose} "
+                            f"of {ceiling})")
+    return None
+
+
+def _check_bounds(doc: dict[str, Any], what: str, policy: Policy | None = None) -> Decision | None:
     """Fields that let a container escape the bounds of the run that made it (its cgroup,
     the OOM killer, process and realtime limits, its lifetime, the daemon's logging).
-    DOC: a create's HostConfig or an update's body (the same resource fields)."""
+    DOC: a create's HostConfig or an update's body (the same resource fields); POLICY's
+    limits: the most it may ask for."""
+    if policy and policy.limits and (d := _check_limits(doc, what, policy.limits, policy.limits_are)) is not None:
+        return d
     if field(doc, "CgroupParent"):
         return deny(f"{what}: CgroupParent refused (another parent cgroup escapes the run's limits)")
     if field(doc, "Cgroup"):
@@ -225,7 +260,7 @@ def _check_bounds(doc: dict[str, Any], what: str) -> Decision | None:
 
 
 def _check_host_config(hc: dict[str, Any], policy: Policy) -> Decision:
-    if (d := _check_bounds(hc, "container create")) is not None:
+    if (d := _check_bounds(hc, "container create", policy)) is not None:
         return d
     if _truthy(field(hc, "Privileged")):
         return deny("privileged containers are refused")
@@ -304,7 +339,7 @@ def _container_update(doc: dict[str, Any], policy: Policy) -> Decision:
     for key in DEVICE_KEYS:
         if field(doc, key):
             return deny(f"container update: {key} are refused")
-    d = _check_bounds(doc, "container update")
+    d = _check_bounds(doc, "container update", policy)
     return ALLOW if d is None else d
 
 

@@ -18,13 +18,14 @@ Self-contained (standard library only): jails get `program()` through
 `bwrap --seccomp FD`; containers of kooi's runner image run this file's source with
 the image's python3, which installs the filter and executes the workload:
 
-    python3 -I -S -c "$(cat seccomp.py)" -- [--deadline SECONDS] COMMAND...
+    python3 -I -S -c "$(cat seccomp.py)" -- [--deadline SECONDS] [--nice N] COMMAND...
 
 With --deadline, as the container's pid 1 (instead of the engine's init), it is also
 the run's deadline that does not depend on `kooi run`: it forks the workload (which
 alone gets the filter), forwards signals to it, reaps every orphan, and exits with its
 exit code; SECONDS after it started, it kills every process of the container and exits
-124, which ends the container. Nothing inside can stop that: a namespace's init gets
+124, which ends the container. When the workload ends it says on its last line of
+output which cgroup limit the container reached (pids, memory), if any. Nothing inside can stop that: a namespace's init gets
 no signal it has no handler for (SIGSTOP, SIGKILL) from inside, and it is not
 dumpable, so the workload (same uid) can neither ptrace it nor write its memory.
 """
@@ -116,8 +117,10 @@ def install(prog: bytes | None = None) -> None:
             raise OSError(e, f"prctl({option}): {os.strerror(e)}")
 
 
-def _exec(argv: list[str]) -> None:
+def _exec(argv: list[str], nice: int = 0) -> None:
     try:
+        if nice:
+            os.nice(nice)
         install()
     except (OSError, ValueError) as exc:
         print(f"kooi: cannot install kooi's seccomp filter: {exc}", file=sys.stderr)
@@ -129,10 +132,39 @@ def _exec(argv: list[str]) -> None:
         os._exit(127 if exc.errno == errno.ENOENT else 126)
 
 
+# The cgroup's own record of refusals (v2, then v1 where each controller is a mount):
+# the init reads them when the workload has ended and says which limit it reached.
+LIMIT_EVENTS = (("/sys/fs/cgroup/pids.events", "max", "pids"), ("/sys/fs/cgroup/pids/pids.events", "max", "pids"),
+                ("/sys/fs/cgroup/memory.events", "oom_kill", "memory"),
+                ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill", "memory"))
+LIMIT_MARK = "kooi: limit reached: "
+
+
+def limits_reached() -> list[str]:
+    hits: list[str] = []
+    for path, key, name in LIMIT_EVENTS:
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            k, _, v = line.partition(" ")
+            if k == key and v.strip().isdigit() and int(v) > 0 and name not in hits:
+                hits.append(name)
+    return hits
+
+
+def _report_limits() -> None:
+    hits = limits_reached()
+    if hits:
+        os.write(2, f"{LIMIT_MARK}{' '.join(hits)}\n".encode())
+
+
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGCONT")
 
 
-def init(deadline: float, argv: list[str]) -> None:
+def init(deadline: float, argv: list[str], nice: int = 0) -> None:
     """pid 1 of the workload's container: the workload as its child, the deadline."""
     import ctypes
     import signal
@@ -143,12 +175,13 @@ def init(deadline: float, argv: list[str]) -> None:
         sys.exit(125)
     child = os.fork()
     if child == 0:
-        _exec(argv)
+        _exec(argv, nice)
     for name in FORWARDED:
         signal.signal(getattr(signal, name), lambda sig, _f: os.kill(child, sig))
 
     def expired(_sig: int, _f: object) -> None:
         os.write(2, f"kooi: the run's deadline of {deadline:.0f} s passed; every process is killed\n".encode())
+        _report_limits()
         try:
             os.kill(-1, signal.SIGKILL)  # every process of the container but this one
         finally:
@@ -163,20 +196,25 @@ def init(deadline: float, argv: list[str]) -> None:
             os._exit(0)
         if pid == child:
             code = os.waitstatus_to_exitcode(status)
+            _report_limits()
             os._exit(code if code >= 0 else 128 - code)
 
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    deadline = None
-    if argv[:1] == ["--deadline"] and len(argv) > 1:
-        deadline, argv = float(argv[1]), argv[2:]
+    deadline, nice = None, 0
+    while argv[:1] in (["--deadline"], ["--nice"]) and len(argv) > 1:
+        if argv[0] == "--deadline":
+            deadline = float(argv[1])
+        else:
+            nice = int(argv[1])
+        argv = argv[2:]
     if not argv:
-        sys.exit("usage: python3 -c \"$(cat seccomp.py)\" -- [--deadline SECONDS] COMMAND...")
+        sys.exit("usage: python3 -c \"$(cat seccomp.py)\" -- [--deadline SECONDS] [--nice N] COMMAND...")
     if deadline is not None and os.getpid() == 1:
-        init(deadline, argv)
-    _exec(argv)
+        init(deadline, argv, nice)
+    _exec(argv, nice)
 
 
 if __name__ == "__main__":

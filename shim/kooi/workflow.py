@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from .hoststate import limits as limits_state
 from .hoststate import paths
 from .hoststate.secrets import PATH as SECRETS_PATH
 from .hoststate.secrets import SecretsConfig
@@ -39,6 +40,7 @@ class Limits:
     memory: str | None = None
     cpus: float | None = None
     pids: int | None = None
+    files: int | None = None
 
 
 @dataclass(frozen=True)
@@ -241,11 +243,23 @@ def parse(path: Path, name: str | None = None) -> Workflow:
         name=stem, path=path, command=tuple(data["command"]), mode=data.get("mode", "container"),
         image=data.get("image", "runner"), workdir=data.get("workdir", "."),
         environment=dict(data.get("environment") or {}), timeout=int(data.get("timeout", 3600)),
-        limits=Limits(lim.get("memory"), lim.get("cpus"), lim.get("pids")),
+        limits=Limits(lim.get("memory"), lim.get("cpus"), lim.get("pids"), lim.get("files")),
         tmpfs_size=data.get("tmpfs_size", "1g"), network=data.get("network", "none"),
         testcontainers=bool(data.get("testcontainers", False)),
         min_isolation=data.get("min_isolation"), description=data.get("description", ""),
         secrets=tuple(data.get("secrets") or ()), unprotected_paths=tuple(data.get("unprotected_paths") or ()))
+
+
+def limit_errors(lim: Any, source: str, host: limits_state.LimitsConfig) -> list[str]:
+    """Errors of a workflow's LIMITS (its `limits` mapping) against the host's maximum."""
+    if not isinstance(lim, dict):
+        return []
+    _, _, errors = limits_state.resolve({k: lim.get(k) for k in limits_state.KEYS}, host, f"{source}: key 'limits'")
+    return errors
+
+
+def limit_errors_of(wf: Workflow, host: limits_state.LimitsConfig) -> list[str]:
+    return limit_errors({k: getattr(wf.limits, k) for k in limits_state.KEYS}, str(wf.path), host)
 
 
 def secret_errors(names: Any, mode: str, networked: bool, environment: dict[str, Any], source: str,

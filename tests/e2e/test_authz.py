@@ -169,6 +169,10 @@ def test_followed_logs_outlast_the_clients_timeout(daemon):
 
 @pytest.mark.parametrize("args,reason", refused_runs(str(WS)) + [
     (["-v", "/var/run/docker.sock:/var/run/docker.sock"], "socket mount"),
+    # Above the host's maximum (/etc/kooi/limits.json, kooi_workflow_max_limits).
+    (["--ulimit", "core=1000:1000"], "Ulimits 'core' Soft=1000 refused (above this host's maximum"),
+    (["--pids-limit", "99999999"], "PidsLimit 99999999 refused (above this host's maximum"),
+    (["--memory", "1000g"], "Memory 1073741824000 refused (above this host's maximum"),
 ])
 def test_the_plugin_refuses_with_its_reason(daemon, args, reason):
     assert_refused(docker("run", "--rm", *args, "kooi-probe:latest", "true"), "kooi-authz", reason)

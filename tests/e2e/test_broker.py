@@ -26,6 +26,8 @@ BASE = Path("/var/tmp/kooi-broker-e2e")
 SOCK = BASE / "b.sock"
 WS = BASE / "ws"
 PROBE = "kooi-probe:latest"
+# The run's limits, as a workflow names them (the rest: the host's defaults).
+RUN_LIMITS = {"pids": 512, "files": 4096, "memory": "1g"}
 
 
 def engine_docker(cfg: dict, *args: str, **kw) -> subprocess.CompletedProcess:
@@ -53,7 +55,8 @@ def broker(engine):
     proc = subprocess.Popen(["setpriv", "--reuid", cfg["runner_user"], "--regid", cfg["runner_user"],
                              "--init-groups", KOOI, "broker", "serve",
                              "--socket", str(SOCK), "--workspace", str(WS), "--run-id", RUN_ID, "--cleanup",
-                             "--map-workspace"], stdout=subprocess.PIPE, stderr=log, text=True)
+                             "--map-workspace", "--limits", json.dumps(RUN_LIMITS)],
+                            stdout=subprocess.PIPE, stderr=log, text=True)
     for _ in range(100):
         if SOCK.exists():
             break
@@ -105,6 +108,28 @@ def test_an_ordinary_run_works_and_is_labelled(broker):
     assert (WS / "data" / "x").read_text().strip() == "hello"  # /workspace was mapped to the project
     labels = json.loads(docker("inspect", "-f", "{{json .Config.Labels}}", "kooi-broker-e2e-ok").stdout)
     assert labels["org.kooi.run"] == RUN_ID and labels["org.kooi.nested"] == "1"
+
+
+def test_a_nested_container_gets_the_runs_limits(broker):
+    res = docker("run", "--name", "kooi-broker-e2e-limits", PROBE, "cat", "/proc/self/limits")
+    assert res.returncode == 0, res.stderr
+    seen = {line[:26].strip(): line[26:].split()[:2] for line in res.stdout.splitlines()}
+    assert seen["Max open files"] == ["4096", "4096"] and seen["Max core file size"] == ["0", "0"]
+    hc = json.loads(docker("inspect", "-f", "{{json .HostConfig}}", "kooi-broker-e2e-limits").stdout)
+    info = json.loads(engine_docker(broker["cfg"], "info", "--format", "{{json .}}").stdout)
+    if info.get("PidsLimit"):  # the engine's cgroups bound it
+        assert hc["PidsLimit"] == 512 and hc["Memory"] == 1 << 30
+    else:  # rlimits where it has none (rootless on cgroup v1)
+        assert seen["Max processes"] == ["512", "512"] and seen["Max data size"] == [str(1 << 30)] * 2
+
+
+@pytest.mark.parametrize("args,reason", [
+    (["--ulimit", "nproc=100000:100000"], "Ulimits 'nproc' Soft=100000 refused (above the run's limit of 512)"),
+    (["--ulimit", "nofile=8192:8192"], "Ulimits 'nofile' Soft=8192 refused (above the run's limit of 4096)"),
+    (["--ulimit", "core=1000:1000"], "Ulimits 'core' Soft=1000 refused (above the run's limit of 0)"),
+])
+def test_a_nested_container_may_not_ask_for_more_than_the_run(broker, args, reason):
+    assert_refused(docker("run", "--rm", *args, PROBE, "true"), "kooi broker", reason)
 
 
 @pytest.mark.parametrize("args,reason", refused_runs(str(WS)) + [

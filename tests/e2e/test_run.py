@@ -25,7 +25,7 @@ from .conftest import KOOI, REPO
 
 RESULT_KEYS = {"workflow", "run_id", "project", "mode", "isolation", "workflow_file", "image",
                "image_digest", "start", "end", "duration_s", "exit_code", "reason", "message", "log",
-               "limits", "warnings", "broker", "cleanup", "egress", "apparmor", "seccomp", "secrets",
+               "limits", "limit", "warnings", "broker", "cleanup", "egress", "apparmor", "seccomp", "secrets",
                "project_guard", "refused"}
 
 SLEEPER = {"mode": "container", "command": ["sh", "-c", "sleep 600 & sleep 600"], "timeout": 3}

@@ -213,7 +213,8 @@ class Engine(Upstream):
 def broker(**kw) -> tuple[Broker, Engine]:
     scope = RunScope("run-1", {labels.RUN: "run-1", labels.NESTED: "1"}, network="kooi-run-1",
                      path_map={"/workspace": "/srv/project"}, **kw)
-    policy = Policy(workspace="/srv/project", apparmor_profiles=(scope.apparmor,) if scope.apparmor else ())
+    policy = Policy(workspace="/srv/project", apparmor_profiles=(scope.apparmor,) if scope.apparmor else (),
+                    limits=dict(scope.limits))
     b = Broker("/tmp/kooi-test-never-served.sock", "/nonexistent", policy, scope)
     b.upstream = b.rules.up = Engine()
     return b, b.upstream
@@ -308,3 +309,39 @@ def test_ownership_is_remembered_by_id():
     assert decide(b, "GET", "/containers/mine-1/json")[0].allow
     assert decide(b, "POST", "/containers/id-mine-1/start")[0].allow
     assert engine.calls == [("GET", "/containers/mine-1/json")]
+
+
+RUN_LIMITS = {"Memory": 1 << 30, "MemorySwap": 1 << 30, "PidsLimit": 512, "NanoCpus": 2_000_000_000,
+              "ulimit:nproc": 512, "ulimit:nofile": 4096, "ulimit:core": 0}
+
+
+def test_a_nested_container_gets_the_runs_limits_where_it_names_none():
+    # The docker CLI's "not set": 0 for every resource field.
+    d, req = decide(broker(limits=RUN_LIMITS)[0], "POST", "/containers/create",
+                    {"Image": "postgres", "HostConfig": {"Memory": 0, "PidsLimit": 0, "NanoCpus": 0,
+                                                         "Ulimits": [{"Name": "nofile", "Soft": 1024, "Hard": 2048}]}})
+    assert d.allow, d.reason
+    hc = json.loads(req.body)["HostConfig"]
+    assert hc["Memory"] == 1 << 30 and hc["MemorySwap"] == 1 << 30 and hc["PidsLimit"] == 512
+    assert hc["NanoCpus"] == 2_000_000_000
+    ul = {u["Name"]: (u["Soft"], u["Hard"]) for u in hc["Ulimits"]}
+    assert ul == {"nofile": (1024, 2048), "nproc": (512, 512), "core": (0, 0)}  # its own lower nofile kept
+
+
+def test_a_nested_container_may_ask_for_less_never_for_more():
+    b = broker(limits=RUN_LIMITS)[0]
+    d, req = decide(b, "POST", "/containers/create", {"Image": "x", "HostConfig": {"Memory": 256 << 20, "CpuQuota": 50000}})
+    assert d.allow, d.reason
+    hc = json.loads(req.body)["HostConfig"]
+    assert hc["MemorySwap"] == 256 << 20 and "NanoCpus" not in hc  # the CLI's --cpus and a quota conflict
+    for hc, why in [({"Memory": 2 << 30}, "Memory 2147483648 refused (above the run's limit of 1073741824)"),
+                    ({"MemorySwap": -1}, "MemorySwap -1 refused (above the run's limit"),
+                    ({"PidsLimit": 100000}, "PidsLimit 100000 refused"),
+                    ({"NanoCpus": 4_000_000_000}, "NanoCpus 4000000000 refused"),
+                    ({"CpuQuota": 400000, "CpuPeriod": 100000}, "CpuQuota 400000 per 100000 refused"),
+                    ({"Ulimits": [{"Name": "nproc", "Soft": 100, "Hard": 100000}]}, "Ulimits 'nproc' Hard=100000 refused"),
+                    ({"Ulimits": [{"Name": "core", "Soft": 1, "Hard": 1}]}, "Ulimits 'core' Soft=1 refused")]:
+        d, _ = decide(b, "POST", "/containers/create", {"Image": "x", "HostConfig": hc})
+        assert not d.allow and why in d.reason, (hc, d.reason)
+    d, _ = decide(b, "POST", "/containers/mine-1/update", {"Memory": 4 << 30})
+    assert not d.allow and "container update: Memory" in d.reason

@@ -79,3 +79,39 @@ def test_the_roles_filter_accepts_what_the_shim_accepts_and_refuses_the_rest():
     with pytest.raises(f.AnsibleFilterError, match="unknown description"):
         f.kooi_hoststate("{}", "nonsense")
     assert f.kooi_subid_ranges("kooi-runner:165536:65536\n", "kooi-runner") == ["165536-231071"]
+
+
+def test_the_limits_description_is_checked_key_by_key():
+    from kooi.hoststate import limits
+
+    good = {"default": {"memory": "4g", "cpus": 2, "pids": 2048, "files": 65536}, "max": {"memory": "16g"}}
+    cfg = limits.parse(json.dumps(good))
+    assert cfg.default["pids"] == 2048 and cfg.max == {"memory": "16g"}
+    assert limits.parse(json.dumps({**good, "default": {**good["default"], "pids": "300"}})).default["pids"] == 300
+    for bad, why in [({**good, "default": {**good["default"], "memory": "lots"}}, "default.memory: 'lots' is not a size"),
+                     ({**good, "default": {**good["default"], "pids": 3}}, "default.pids: 3 is outside 16..4194304"),
+                     ({**good, "default": {"memory": "4g"}}, "default has no cpus, pids, files"),
+                     ({**good, "max": {"memory": "1g"}}, "default.memory '4g' is above max.memory '1g'"),
+                     ({**good, "other": 1}, "unknown keys other")]:
+        with pytest.raises(HostStateError) as exc:
+            limits.parse(json.dumps(bad), "x.json")
+        assert why in str(exc.value), str(exc.value)
+
+
+def test_a_host_without_a_limits_description_gets_kooi_s_defaults(tmp_path):
+    from kooi.hoststate import limits
+
+    cfg = limits.load(tmp_path / "missing.json")
+    assert cfg.default == limits.BUILTIN and cfg.max == {} and "re-run site.yml" in cfg.source
+
+
+def test_the_roles_default_limits_are_the_shims():
+    import yaml
+
+    from kooi.hoststate import limits
+
+    vars_ = yaml.safe_load((REPO / "roles/kooi_defaults/vars/main.yml").read_text())["kooi_limits_builtin"]
+    defaults = yaml.safe_load((REPO / "roles/kooi_defaults/defaults/main.yml").read_text())
+    assert vars_ == {"default": limits.BUILTIN, "max": limits.BUILTIN_MAX}
+    assert defaults["kooi_workflow_default_limits"] == limits.BUILTIN
+    assert defaults["kooi_workflow_max_limits"] == limits.BUILTIN_MAX

@@ -12,7 +12,9 @@ import pytest
 
 from kooi import run
 from kooi.hoststate.engine import EngineConfig
+from kooi.hoststate.limits import BUILTIN, LimitsConfig, resolve
 from kooi.run import container, filters, jail
+from kooi.run import limits as run_limits
 from kooi.run import project as project_mod
 from kooi.workflow import Limits, Workflow
 
@@ -26,10 +28,13 @@ def wf(**kw) -> Workflow:
     return Workflow(name="t", path=Path("/etc/kooi/workflows/t.yml"), command=("mvn", "verify"), **kw)
 
 
-def args(w: Workflow, enforce=None, img=IMG):
+def args(w: Workflow, enforce=None, img=IMG, host: LimitsConfig | None = None, ncpu=4):
     res = run.Result(workflow="t", run_id="t-1", project="/p")
-    kw = container.container_args(w, CFG, img, Path("/p"), "t-1",
-                             enforce or {"memory": True, "pids": True, "cpus": True}, res)
+    values, origin, errors = resolve(run_limits.requested(w.limits), host or LimitsConfig())
+    assert not errors
+    plan = run_limits.for_container(values, origin, enforce or {"memory": True, "pids": True, "cpus": True},
+                                    ncpu, CFG.mode)
+    kw = container.container_args(w, CFG, img, Path("/p"), "t-1", plan, res)
     return kw, res
 
 
@@ -54,15 +59,45 @@ def test_limits_are_passed_where_enforced():
     kw, res = args(wf(limits=Limits(memory="2g", cpus=1.5, pids=256)))
     hc = kw["HostConfig"]
     assert hc["Memory"] == 2 << 30 and hc["MemorySwap"] == 2 << 30
-    assert hc["NanoCpus"] == 1_500_000_000 and hc["PidsLimit"] == 256
-    assert res.warnings == [] and res.limits["memory"] == {"requested": "2g", "enforced": True}
+    assert hc["NanoCpus"] == 1_500_000_000 and hc["PidsLimit"] == 256 and hc["CpuShares"] == 512
+    assert {u["Name"]: (u["Soft"], u["Hard"]) for u in hc["Ulimits"]} == {"nofile": (65536, 65536), "core": (0, 0)}
+    assert res.warnings == []
+    assert res.limits["memory"]["requested"] == "2g" and res.limits["memory"]["enforced"] is True
+    assert res.limits["memory"]["from"] == "workflow" and res.limits["files"]["from"] == "default"
+    assert not any(e.startswith("JAVA_TOOL_OPTIONS=") for e in kw.get("Env", []))
 
 
-def test_unenforceable_limits_are_reported_not_pretended():
+def test_every_run_gets_the_hosts_defaults():
+    host = LimitsConfig({"memory": "1g", "cpus": 1, "pids": 300, "files": 1024}, {})
+    kw, res = args(wf(), host=host)
+    hc = kw["HostConfig"]
+    assert hc["Memory"] == 1 << 30 and hc["PidsLimit"] == 300 and hc["NanoCpus"] == 1_000_000_000
+    assert all(r["from"] in ("default", "kooi") for r in res.limits.values())
+
+
+def test_cpus_are_bounded_at_the_hosts_cpus():
+    kw, res = args(wf(limits=Limits(cpus=8)), ncpu=2)
+    assert kw["HostConfig"]["NanoCpus"] == 2_000_000_000
+    assert any("more than the host's 2 CPUs" in w for w in res.warnings)
+
+
+def test_unenforceable_limits_fall_back_to_rlimits_and_say_so():
     kw, res = args(wf(limits=Limits(memory="512m", pids=64)), {"memory": False, "pids": False, "cpus": False})
-    assert "Memory" not in kw["HostConfig"] and "PidsLimit" not in kw["HostConfig"]
-    assert res.limits["pids"] == {"requested": 64, "enforced": False}
-    assert len(res.warnings) == 2 and all("not enforced" in w for w in res.warnings)
+    hc = kw["HostConfig"]
+    assert "Memory" not in hc and "PidsLimit" not in hc and "NanoCpus" not in hc
+    ul = {u["Name"]: u["Hard"] for u in hc["Ulimits"]}
+    assert ul == {"data": 512 << 20, "nproc": 64, "nofile": 65536, "core": 0}
+    assert res.limits["pids"]["enforced"] is True and "RLIMIT_NPROC" in res.limits["pids"]["by"]
+    assert res.limits["memory"]["enforced"] is False and "per process" in res.limits["memory"]["by"]
+    assert res.limits["cpus"]["enforced"] is False and "nice 10" in res.limits["cpus"]["by"]
+    # Warnings for what the workflow named (memory); the host's default cpus: the log only.
+    assert len(res.warnings) == 1 and res.warnings[0].startswith("limits: memory 512m bounds each process")
+
+
+def test_limits_above_the_hosts_maximum_are_errors():
+    host = LimitsConfig(dict(BUILTIN), {"memory": "8g", "pids": 4096})
+    _, _, errors = resolve({"memory": "9g", "pids": 4096, "cpus": None, "files": None}, host)
+    assert len(errors) == 1 and "memory" in errors[0] and "8g" in errors[0]
 
 
 @pytest.mark.parametrize("user", ["", "0", "root", "0:0", "root:root"])

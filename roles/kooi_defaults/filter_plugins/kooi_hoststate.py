@@ -23,7 +23,7 @@ except ImportError:  # used without Ansible (unit tests)
     class AnsibleFilterError(Exception):  # type: ignore[no-redef]
         pass
 
-KINDS = ("engine", "images", "egress", "apparmor", "fuse", "secrets")
+KINDS = ("engine", "images", "egress", "apparmor", "fuse", "secrets", "limits")
 _SHIM = Path(__file__).resolve().parents[3] / "shim"
 
 

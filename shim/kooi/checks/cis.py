@@ -39,6 +39,7 @@ ITEMS: dict[str, str] = {
     "5.5": "Sensitive host system directories are not mounted on containers",
     "5.9": "The host's network namespace is not shared",
     "5.10": "Memory usage for containers is limited",
+    "5.11": "CPU priority is set appropriately on containers",
     "5.12": "The container's root filesystem is mounted as read only",
     "5.15": "The host's process namespace is not shared",
     "5.16": "The host's IPC namespace is not shared",
@@ -96,6 +97,7 @@ MAP: dict[str, list[str]] = {
     "RUN-TIMEOUT": [],
     "RUN-LOCK": [],
     "RUN-PROJECT-GUARD": [],
+    "RUN-LIMITS": ["5.10", "5.11", "5.28"],
     "RUN-SECRETS-HIDDEN": [],
     "RUN-CLEANUP": [],
 }
@@ -115,14 +117,16 @@ ROOTLESS: dict[str, str] = {
     "3.17": "rootless: kooi's root-owned daemon.json (--config-file), not the runner's ~/.config",
     "3.18": "rootless: kooi's root-owned daemon.json (--config-file)",
     "5.1": "rootless: Docker cannot apply AppArmor to rootless containers (profiles are checked on disk)",
+    "5.10": "rootless: the memory cgroup where the controller is delegated (cgroup v2); elsewhere RLIMIT_DATA per "
+            "process only (RUN-LIMITS says which)",
+    "5.11": "rootless: CPU shares and quota where the cpu controller is delegated; elsewhere nice 10",
+    "5.28": "rootless: the pids cgroup where the controller is delegated; elsewhere RLIMIT_NPROC per workload uid",
 }
 
 # Items no kooi check covers yet, and why.
 UNCOVERED: dict[str, str] = {
-    "5.10": "a workflow's limits.memory; kooi run records whether the engine enforced it (run result, not a check)",
     "5.16": "kooi run gives every workload a private IPC namespace and kooi's request policy refuses "
             "IpcMode=host (the policy's tests prove it); no check yet",
-    "5.28": "a workflow's limits.pids; kooi run records whether the engine enforced it (run result, not a check)",
 }
 
 

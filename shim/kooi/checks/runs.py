@@ -11,6 +11,7 @@ left on the engine or in the process table.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shlex
 import time
@@ -197,6 +198,93 @@ def run_project_guard(host: Host, ctx: Context) -> Outcome:
 
 SECRETCHECK = "kooi-secretcheck"
 CANARY = "KOOI_CANARY=kooi-canary-a-plain-environment-value"
+
+
+LIMITS_SCRIPT = """cat /proc/self/limits
+for f in /sys/fs/cgroup/pids.max /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/memory.max \\
+         /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu.max /sys/fs/cgroup/cpu/cpu.cfs_quota_us; do
+  [ -r "$f" ] && echo "KOOI-CGROUP $f $(cat "$f")"
+done
+echo "KOOI-NICE $(nice)"
+echo "KOOI-JAVA $JAVA_TOOL_OPTIONS"
+"""
+RLIMIT_ROWS = {"Max processes": "nproc", "Max data size": "data", "Max open files": "nofile",
+               "Max core file size": "core"}
+
+
+def parse_limits_output(out: str) -> tuple[dict[str, str], dict[str, str], str | None]:
+    """(hard rlimits by prlimit name, cgroup files by controller, niceness) as a workload saw them."""
+    rl: dict[str, str] = {}
+    cg: dict[str, str] = {}
+    nice = None
+    for line in out.splitlines():
+        cols = re.split(r"\s{2,}", line.strip())
+        if cols[0] in RLIMIT_ROWS and len(cols) >= 3:
+            rl[RLIMIT_ROWS[cols[0]]] = cols[2]
+        elif line.startswith("KOOI-CGROUP "):
+            _, path, value = line.split(" ", 2)
+            name = path.rsplit("/", 1)[-1]
+            ctl = {"pids.max": "pids", "memory.max": "memory", "memory.limit_in_bytes": "memory",
+                   "cpu.max": "cpus", "cpu.cfs_quota_us": "cpus"}[name]
+            cg[ctl] = value.strip()
+        elif line.startswith("KOOI-NICE "):
+            nice = line.split()[1]
+    return rl, cg, nice
+
+
+def limit_problems(record: dict[str, Any], rl: dict[str, str], cg: dict[str, str], nice: str | None) -> list[str]:
+    """What a run's limits record says is bounded but the workload did not see bounded."""
+    from ..hoststate.limits import size
+
+    bad = []
+    for key in ("memory", "cpus", "pids", "files", "core"):
+        if key not in record:
+            bad.append(f"the result has no limits.{key}")
+    if bad:
+        return bad
+    pids, mem = record["pids"], record["memory"]
+    want = str(pids["requested"])
+    if pids["by"].startswith("cgroup"):
+        if cg.get("pids") != want:
+            bad.append(f"pids: the result says cgroup pids {want}, the workload saw pids.max {cg.get('pids')}")
+    elif rl.get("nproc") != want:
+        bad.append(f"pids: the result says RLIMIT_NPROC {want}, the workload saw {rl.get('nproc')}")
+    want = str(size(str(mem["requested"])))
+    if mem["by"].startswith("cgroup"):
+        if cg.get("memory") != want:
+            bad.append(f"memory: the result says cgroup memory {want}, the workload saw {cg.get('memory')}")
+    elif rl.get("data") != want:
+        bad.append(f"memory: the result says RLIMIT_DATA {want}, the workload saw {rl.get('data')}")
+    if record["cpus"]["by"].startswith("cgroup"):
+        if cg.get("cpus") in (None, "max", "-1") or (cg.get("cpus") or "").startswith("max "):
+            bad.append(f"cpus: the result says a CPU quota, the workload saw {cg.get('cpus')}")
+    elif nice != "10":
+        bad.append(f"cpus: the result says nice 10, the workload runs at nice {nice}")
+    if rl.get("nofile") != str(record["files"]["requested"]):
+        bad.append(f"files: the result says {record['files']['requested']}, the workload saw {rl.get('nofile')}")
+    if rl.get("core") != "0":
+        bad.append(f"core dumps: the workload may write {rl.get('core')} bytes")
+    return bad
+
+
+@check("RUN-LIMITS", "every run is bounded by the host's default limits: pids and memory by the engine's cgroups "
+       "where it has them, by rlimits where it does not (and the result says which), no core dumps",
+       "a fork bomb or a runaway build in one workload that takes the host down for every other run")
+def run_limits(host: Host, ctx: Context) -> Outcome:
+    if (why := _available(host, ctx)) is not None:
+        return NA, why
+    _script(host, ctx, LIMITS_SCRIPT)
+    rc, res, out = _run(host, ctx, "runcheck-limits")
+    if res is None or rc != 0:
+        return FAIL, f"the self-test run failed (rc={rc}): {out.strip()[-300:]}"
+    log = host.file(res.get("log") or "/nonexistent")
+    text = log.content_string if log.exists else out
+    record = res.get("limits") or {}
+    bad = limit_problems(record, *parse_limits_output(text))
+    if bad:
+        return FAIL, "; ".join(bad)
+    parts = [f"{k} {record[k]['requested']}: {record[k]['by']}" for k in ("pids", "memory", "cpus", "files")]
+    return PASS, "; ".join(parts) + "; no core dumps"
 
 
 @check("RUN-SECRETS-HIDDEN", "a workload that names inject secrets holds placeholders, never a value: not in its "

@@ -13,6 +13,7 @@ re-run site.yml, never a guess.
     egress   /etc/kooi/egress.json   the proxy and the nftables table (roles/egress)
     apparmor /etc/kooi/apparmor.json kooi's profiles (roles/apparmor)
     fuse     /etc/kooi/fuse.json     whether /dev/fuse is opted in (roles/fuse)
+    limits   /etc/kooi/limits.json   the runs' default and maximum limits (roles/shim)
     subids   /etc/subuid, /etc/subgid (not kooi's, but read and planned by kooi)
 """
 

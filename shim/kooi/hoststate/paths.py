@@ -18,6 +18,7 @@ IMAGE_LOCK = f"{ETC}/images/runner.lock.yml"
 EGRESS = f"{ETC}/egress.json"
 APPARMOR = f"{ETC}/apparmor.json"
 FUSE = f"{ETC}/fuse.json"
+LIMITS = f"{ETC}/limits.json"
 SECRETS = f"{ETC}/secrets.json"
 SECRETS_DIR = f"{ETC}/secrets"
 INJECT_RUN_DIR = "/run/kooi-inject"
@@ -40,7 +41,7 @@ BIN = "/usr/local/bin/kooi"
 
 ALL: dict[str, str] = {
     "etc": ETC, "engine": ENGINE, "engine_dir": ENGINE_DIR, "images": IMAGES,
-    "image_lock": IMAGE_LOCK, "egress": EGRESS, "apparmor": APPARMOR, "fuse": FUSE,
+    "image_lock": IMAGE_LOCK, "egress": EGRESS, "apparmor": APPARMOR, "fuse": FUSE, "limits": LIMITS,
     "secrets": SECRETS, "secrets_dir": SECRETS_DIR, "inject_run_dir": INJECT_RUN_DIR,
     "inject_control": INJECT_CONTROL, "inject_log_dir": INJECT_LOG_DIR,
     "workflows": WORKFLOWS, "seccomp_dir": SECCOMP_DIR, "authz_token": AUTHZ_TOKEN,

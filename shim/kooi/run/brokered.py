@@ -48,8 +48,10 @@ class BrokeredEngine:
         self.network: dict[str, Any] | None = None  # its inspection
         self.gateway: str | None = None
 
-    def open(self, body: dict[str, Any]) -> None:
-        """Create the run's network and broker, and point the workload's create BODY at them."""
+    def open(self, body: dict[str, Any], limits: dict[str, int] | None = None) -> None:
+        """Create the run's network and broker, and point the workload's create BODY at
+        them. LIMITS: the run's (run.limits.Plan.ceilings), forced on and the most for
+        every container the workload starts."""
         from .. import broker, egress
         from ..policy import Policy
 
@@ -69,7 +71,9 @@ class BrokeredEngine:
                                 network=name,
                                 socket_aliases=(ENGINE_SOCKET,), path_map={WORKSPACE: str(self.project)})
         scope.apparmor = self.apparmor
-        policy = Policy(workspace=str(self.project), apparmor_profiles=(self.apparmor,) if self.apparmor else ())
+        scope.limits = dict(limits or {})
+        policy = Policy(workspace=str(self.project), apparmor_profiles=(self.apparmor,) if self.apparmor else (),
+                        limits=dict(limits or {}))
         self.broker = broker.Broker(str(path), self.cfg.socket, policy, scope, log=self.log.note)
         self.broker.start(mode=0o666)
         host = gateway

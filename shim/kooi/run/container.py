@@ -19,6 +19,7 @@ from ..hoststate.egress import EgressConfig
 from ..hoststate.engine import EngineConfig
 from ..workflow import Workflow
 from . import filters
+from . import limits as run_limits
 from .brokered import BrokeredEngine
 from .context import RunContext
 from .errors import EXIT_ERROR, Result, refused, unavailable
@@ -28,23 +29,20 @@ from .spec import WORKSPACE, bind, env_of, set_env
 MAVEN_SETTINGS = "/run/kooi/maven-settings.xml"
 
 
-def parse_size(s: str) -> int:
-    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
-
-
 def engine_limits(info: dict[str, Any]) -> dict[str, bool]:
-    """What this engine can enforce (rootless needs cgroup v2 with delegated controllers)."""
+    """What this engine's cgroups can bound (rootless needs cgroup v2 with delegated
+    controllers): the engine's own report (GET /info)."""
     return {"memory": bool(info.get("MemoryLimit")), "pids": bool(info.get("PidsLimit")),
-            "cpus": bool(info.get("CpuCfsQuota"))}
+            "cpus": bool(info.get("CpuCfsQuota")) and bool(info.get("CPUShares", True))}
 
 
 def container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict[str, Any], project: Path, run_id: str,
-                   enforce: dict[str, bool], res: Result,
+                   plan: run_limits.Plan, res: Result,
                    shadows: list[tuple[str, Path]] | None = None) -> dict[str, Any]:
     """The workload container's create body (the Engine API's ContainerCreate, without
-    the image, which the caller adds: the pinned id). SHADOWS: (path in the project,
-    a throwaway copy) mounted over the project's (run.guard)."""
+    the image, which the caller adds: the pinned id). PLAN: the run's limits as this
+    engine bounds them (run.limits). SHADOWS: (path in the project, a throwaway copy)
+    mounted over the project's (run.guard)."""
     user = (img_attrs.get("Config") or {}).get("User") or ""
     if image.default_user_is_root(img_attrs):
         raise refused(f"image {res.image_digest} runs as root by default; kooi runs only non-root images")
@@ -69,20 +67,11 @@ def container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict[str, Any], p
         "HostConfig": host,
     }
     set_env(body, dict(wf.environment))
-    lim = wf.limits
-    value: Any  # memory: a size string, pids: int, cpus: float
-    for key, value, field in (("memory", lim.memory, "Memory"), ("pids", lim.pids, "PidsLimit"),
-                              ("cpus", lim.cpus, "NanoCpus")):
-        if value is None:
-            continue
-        res.limits[key] = {"requested": value, "enforced": enforce[key]}
-        if not enforce[key]:
-            res.warnings.append(f"limit {key}={value} is not enforced by this engine "
-                                f"({cfg.mode}; needs cgroup v2 with delegated controllers)")
-            continue
-        host[field] = parse_size(value) if key == "memory" else (int(value * 1e9) if key == "cpus" else value)
-        if key == "memory":
-            host["MemorySwap"] = host[field]
+    host.update(plan.host_config)
+    host["Ulimits"] = plan.ulimits()
+    res.limits.update(plan.record)
+    for note in plan.notes:
+        res.warnings.append(f"limits: {note}")
     return body
 
 
@@ -99,6 +88,8 @@ class ContainerBackend:
         self.pump: threading.Thread | None = None
         self.proxy_host: str | None = None
         self.registered = False
+        self.plan: run_limits.Plan | None = None
+        self.tail = ""  # the end of the workload's output (the init's limit report)
 
     def prepare(self, ctx: RunContext) -> None:
         self.ctx = ctx
@@ -124,11 +115,17 @@ class ContainerBackend:
         shadows = ctx.shadows()
         if ctx.guard and ctx.guard.shadow:
             grant_workspace(ctx.guard.shadow, host_uid, cfg.runner_uid, log, note=False)
-        # The engine's cgroup support matters only when the workflow asks for limits.
-        wants_limits = any(v is not None for v in (wf.limits.memory, wf.limits.cpus, wf.limits.pids))
-        enforce = engine_limits(client.info()) if wants_limits else {"memory": False, "pids": False, "cpus": False}
-        body = container_args(wf, cfg, img, ctx.project, ctx.run_id, enforce, res, shadows)
-        res.seccomp = filters.stack_on_container(body, img, wf.timeout)
+        try:
+            info = client.info()
+        except (engineapi.APIError, OSError) as exc:
+            raise unavailable(f"the engine does not answer GET /info: {exc}") from None
+        self.plan = plan = run_limits.for_container(ctx.limits, ctx.limit_origin, engine_limits(info),
+                                                    info.get("NCPU"), cfg.mode, client.hard_rlimits())
+        body = container_args(wf, cfg, img, ctx.project, ctx.run_id, plan, res, shadows)
+        log.note(plan.summary())
+        for line in plan.info:
+            log.note(f"limits: {line}")
+        res.seccomp = filters.stack_on_container(body, img, wf.timeout, plan.nice)
         log.note("seccomp: " + res.seccomp["note"])
         deadline = wf.timeout + filters.DEADLINE_GRACE
         res.limits["deadline"] = {"requested": deadline, "enforced": res.seccomp["kooi"],
@@ -146,11 +143,15 @@ class ContainerBackend:
         eg = ctx.egress_preflight()
         if wf.testcontainers:
             self.access = BrokeredEngine(client, ctx, conf.profile)
-            self.access.open(body)
+            self.access.open(body, plan.ceilings())
         if eg is not None:
             self.settings = self._wire_egress(eg, body, img)
         if wf.secrets:
             self._wire_secrets(body)
+        if plan.max_ram is not None:
+            env = env_of(body)
+            env["JAVA_TOOL_OPTIONS"] = run_limits.java_options(env.get("JAVA_TOOL_OPTIONS", ""), plan.max_ram)
+            set_env(body, env)
         self.name = f"kooi-{ctx.run_id}"
         self.container = client.create({**body, "Image": pin.id}, name=self.name)
         if self.access:
@@ -276,7 +277,9 @@ class ContainerBackend:
         def follow() -> None:
             try:
                 for chunk in client.logs(cid):
-                    log.write(chunk.decode("utf-8", "replace"))
+                    text = chunk.decode("utf-8", "replace")
+                    self.tail = (self.tail + text)[-512:]
+                    log.write(text)
             except Exception:  # noqa: BLE001 - the container went away; the wait says why
                 pass
 
@@ -293,12 +296,37 @@ class ContainerBackend:
         if st is None:
             return None
         self.pump.join(timeout=10)
-        if self.client.inspect(self.container).get("State", {}).get("OOMKilled"):
-            self.ctx.res.warnings.append("the workload was killed for exceeding its memory limit")
+        self._limits_reached(self.client.inspect(self.container).get("State", {}).get("OOMKilled"))
         return int(st.get("StatusCode", EXIT_ERROR))
+
+    def _limits_reached(self, oom_killed: bool, stats: dict[str, Any] | None = None) -> None:
+        """Which limit the workload reached: the engine's OOM record, its stats (a run
+        killed at its timeout while at its pids limit), or kooi's init, whose last line
+        reads its cgroup's event counters (kooi/seccomp.py)."""
+        from ..seccomp import LIMIT_MARK
+
+        assert self.ctx is not None
+        hits = ["memory"] if oom_killed else []
+        lines = self.tail.strip().splitlines()
+        if lines and lines[-1].startswith(LIMIT_MARK):
+            hits += [h for h in lines[-1][len(LIMIT_MARK):].split() if h in ("pids", "memory") and h not in hits]
+        pids = (stats or {}).get("pids_stats") or {}
+        if pids.get("limit") and pids.get("current", 0) >= pids["limit"] and "pids" not in hits:
+            hits.append("pids")
+        if hits and self.ctx.res.limit is None:
+            self.ctx.res.limit = hits[0]
+            self.ctx.res.warn(self.ctx.log, f"the workload reached its {' and '.join(hits)} limit"
+                              + ("s" if len(hits) > 1 else "") + " (run.limits: " + ", ".join(
+                                  f"{h} {self.ctx.res.limits.get(h, {}).get('requested')}" for h in hits) + ")")
 
     def kill(self) -> None:
         assert self.client is not None and self.container is not None
+        try:
+            stats = self.client.request("GET", f"/containers/{self.container}/stats",
+                                        query={"stream": "0", "one-shot": "1"}, timeout=10)
+            self._limits_reached(False, stats if isinstance(stats, dict) else None)
+        except (engineapi.APIError, OSError):
+            pass  # no stats: no limit to name
         try:
             self.client.kill(self.container)
             self.client.wait(self.container, timeout=30)

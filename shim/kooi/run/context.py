@@ -10,12 +10,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .. import apparmor
 from ..hoststate import HostStateError
 from ..hoststate import apparmor as apparmor_state
 from ..hoststate import egress as egress_state
+from ..hoststate import limits as limits_state
 from ..hoststate import secrets as secrets_state
 from ..hoststate.apparmor import AppArmorState
 from ..hoststate.egress import EgressConfig
@@ -43,6 +44,10 @@ class RunContext:
     apparmor: AppArmorState | None = None
     secrets: SecretsConfig | None = None
     guard: Guard | None = None
+    # The run's limits (the workflow's, the host's defaults for the rest; run.limits)
+    # and where each came from ("workflow" or "default").
+    limits: dict[str, Any] = field(default_factory=lambda: dict(limits_state.BUILTIN))
+    limit_origin: dict[str, str] = field(default_factory=dict)
     # The proxy port this run holds (egress_preflight): a per-run port where one is free.
     proxy_port: int = 0
     proxy_port_lock: int | None = None

@@ -59,6 +59,7 @@ class Result:
     message: str = ""
     log: str = ""
     limits: dict[str, Any] = field(default_factory=dict)
+    limit: str | None = None  # the limit the workload reached, where the engine or its cgroup says so
     warnings: list[str] = field(default_factory=list)
     broker: dict[str, Any] | None = None
     cleanup: dict[str, Any] | None = None

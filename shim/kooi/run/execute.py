@@ -21,8 +21,10 @@ from typing import Any, TextIO
 from .. import apparmor, outputs, workflow
 from ..hoststate import HostStateError, paths
 from ..hoststate import engine as engine_state
+from ..hoststate import limits as limits_state
 from ..hoststate.engine import EngineConfig
 from . import backend
+from . import limits as run_limits
 from .context import RunContext, load_host_state
 from .errors import EXIT_ERROR, EXIT_INVALID, Interrupted, Log, Result, RunError, now, refused, unavailable
 from .identity import check_identity, check_runner_can_import, drop_to_runner
@@ -88,6 +90,14 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             raise refused(f"workflow {name} requires isolation {wf.min_isolation} or stronger; "
                           f"this run would get {res.isolation} ({wf.mode} mode on a {cfg.mode} host)")
         eg, aa, sc = load_host_state(cfg, wf)
+        try:
+            host_limits = limits_state.load()
+        except HostStateError as exc:
+            raise unavailable(str(exc)) from None
+        lim, lim_origin, lim_errors = limits_state.resolve(run_limits.requested(wf.limits), host_limits,
+                                                           f"{wf.path}: key 'limits'")
+        if lim_errors:
+            raise workflow.WorkflowError("\n".join(lim_errors))
         secret_errors = workflow.secret_errors_of(wf, sc)
         if secret_errors:
             raise workflow.WorkflowError("\n".join(secret_errors))
@@ -124,7 +134,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         log.note(f"run {run_id}: workflow {wf.name} ({wf.mode}, isolation {res.isolation}) on {project}")
         ctx = RunContext(wf, cfg, project, run_id, run_dir, res, log,
                          interrupted=lambda: got_signal[0] if got_signal else None, egress=eg, apparmor=aa,
-                         secrets=sc)
+                         secrets=sc, limits=lim, limit_origin=lim_origin)
         res.exit_code = backend.run(new_backend(wf.mode), ctx)
         res.reason = "ok" if res.exit_code == 0 else "failed"
         res.message = "the workload succeeded" if res.exit_code == 0 else \
@@ -145,6 +155,8 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         if lock:
             lock.release()
         res.refused = backend.refusals(res)
+        if res.limit:
+            res.message += f" (it reached its {res.limit} limit)"
         res.end = now()
         res.duration_s = round(time.monotonic() - t0, 3)
         log.note(f"{res.reason}: {res.message} (exit {res.exit_code}, {res.duration_s} s)")

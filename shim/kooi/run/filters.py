@@ -28,12 +28,14 @@ def program() -> bytes:
 DEADLINE_GRACE = 10
 
 
-def stack_on_container(body: dict[str, Any], img_attrs: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+def stack_on_container(body: dict[str, Any], img_attrs: dict[str, Any], timeout: float | None = None,
+                       nice: int | None = None) -> dict[str, Any]:
     """Stack kooi's filter on the engine's profile where the image is kooi's runner image
     (its python3 installs the filter, then executes the image's entrypoint and command).
     With TIMEOUT, that python3 is also the container's init, and kills every process of
     it TIMEOUT + DEADLINE_GRACE seconds after it started, whether or not kooi run is
-    still there (kooi/seccomp.py)."""
+    still there (kooi/seccomp.py). NICE: the workload's niceness (where no cgroup bounds
+    its CPU time; the engine's own Ulimits cannot lower a priority)."""
     from .. import labels
 
     conf = img_attrs.get("Config") or {}
@@ -44,7 +46,8 @@ def stack_on_container(body: dict[str, Any], img_attrs: dict[str, Any], timeout:
     program()
     # -S: no site processing; the filter needs the standard library only (~15 ms less per run).
     init = ["--deadline", f"{timeout + DEADLINE_GRACE:g}"] if timeout else []
-    body["Entrypoint"] = ["python3", "-I", "-S", "-c", SOURCE, "--", *init, *(conf.get("Entrypoint") or [])]
+    opts = ["--nice", str(nice)] if nice else []
+    body["Entrypoint"] = ["python3", "-I", "-S", "-c", SOURCE, "--", *init, *opts, *(conf.get("Entrypoint") or [])]
     if init:
         body["HostConfig"]["Init"] = False  # kooi's python3 is pid 1 (the engine's init would be)
     return {"engine": "default", "kooi": True, "note": NOTE + ", stacked on the engine's default profile"}

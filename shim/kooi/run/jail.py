@@ -20,6 +20,7 @@ from typing import IO
 from .. import apparmor, egress
 from ..workflow import Workflow
 from . import filters
+from . import limits as run_limits
 from .context import RunContext
 from .errors import EXIT_UNAVAILABLE, RunError
 
@@ -28,12 +29,14 @@ JAIL_PROXY_DIR = "/run/kooi"
 
 
 def bwrap_argv(wf: Workflow, project: Path, proxy: tuple[Path, int] | None = None,
-               seccomp_fd: int | None = None, shadows: list[tuple[str, Path]] | None = None) -> list[str]:
+               seccomp_fd: int | None = None, shadows: list[tuple[str, Path]] | None = None,
+               plan: run_limits.Plan | None = None) -> list[str]:
     """PROXY: (the bridge's directory, the proxy port) for network: proxy: the jail gets
     the bridge socket and a forwarder on its own loopback, never a network.
     SECCOMP_FD: a readable fd holding kooi's seccomp program (kooi/seccomp.py), which
     bwrap installs right before it executes the workload. SHADOWS: (path in the
-    project, a throwaway copy) bound over the project's (run.guard)."""
+    project, a throwaway copy) bound over the project's (run.guard). PLAN: the run's
+    limits (run.limits.for_jail), set by prlimit inside the jail, and a lower priority."""
     if not shutil.which("bwrap"):
         raise RunError("unavailable", EXIT_UNAVAILABLE, "bwrap is missing (package bubblewrap); re-run site.yml")
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -62,7 +65,17 @@ def bwrap_argv(wf: Workflow, project: Path, proxy: tuple[Path, int] | None = Non
         env["MAVEN_ARGS"] = f"--global-settings {JAIL_PROXY_DIR}/maven-settings.xml"
         command = ["/usr/bin/python3", "-I", "-c", egress.JAIL_FORWARDER, f"{JAIL_PROXY_DIR}/proxy.sock",
                    str(port), *command]
-    for k, v in {**env, **wf.environment}.items():
+    if plan is not None:
+        if plan.max_ram is not None:
+            env["JAVA_TOOL_OPTIONS"] = run_limits.java_options(
+                wf.environment.get("JAVA_TOOL_OPTIONS", env.get("JAVA_TOOL_OPTIONS", "")), plan.max_ram)
+        # After bwrap made the jail's user namespace: RLIMIT_NPROC counts the jail's
+        # processes only (set before, it would count every process of the runner's).
+        command = [*plan.prlimit_argv(), *(["nice", "-n", str(plan.nice)] if plan.nice else []), *command]
+    environment = dict(wf.environment)
+    if "JAVA_TOOL_OPTIONS" in env:
+        environment.pop("JAVA_TOOL_OPTIONS", None)
+    for k, v in {**env, **environment}.items():
         argv += ["--setenv", k, v]
     return argv + ["--", *command]
 
@@ -78,15 +91,18 @@ class JailBackend:
         self.fds: list[int] = []
         self.argv: list[str] = []
         self.ctx: RunContext | None = None
+        self.plan: run_limits.Plan | None = None
 
     def prepare(self, ctx: RunContext) -> None:
         self.ctx = ctx
         wf, res, log = ctx.wf, ctx.res, ctx.log
-        for key in ("memory", "pids", "cpus"):
-            value = getattr(wf.limits, key)
-            if value is not None:
-                res.limits[key] = {"requested": value, "enforced": False}
-                res.warn(log, f"limit {key}={value} is not enforced in jail mode")
+        self.plan = plan = run_limits.for_jail(ctx.limits, ctx.limit_origin)
+        res.limits.update(plan.record)
+        log.note(plan.summary())
+        for info in plan.info:
+            log.note(f"limits: {info}")
+        for note in plan.notes:
+            res.warn(log, f"limits: {note}")
         proxy = None
         eg = ctx.egress_preflight()
         if eg is not None:
@@ -108,8 +124,7 @@ class JailBackend:
             os.write(wfd, filt)
         finally:
             os.close(wfd)
-        self.argv = [*prefix, *bwrap_argv(wf, ctx.project, proxy, rfd,
-                                          ctx.shadows())]
+        self.argv = [*prefix, *bwrap_argv(wf, ctx.project, proxy, rfd, ctx.shadows(), plan)]
 
     def start(self) -> None:
         assert self.ctx is not None
