@@ -359,4 +359,11 @@ def run_cleanup(host: Host, ctx: Context) -> Outcome:
         if state != ["enabled", "active"]:
             return FAIL, f"kooi-gc.timer is {' '.join(state) or 'missing'} (want enabled, active): re-run site.yml"
         timer = "; kooi-gc.timer enabled and active"
+    else:
+        tab = host.run(f"crontab -l -u {shlex.quote(ctx.runner)}").stdout
+        if " gc " not in tab.replace("\n", " ") or "#Ansible: kooi gc" not in tab:
+            return FAIL, "no kooi gc entry in the runner's crontab (hosts without systemd): re-run site.yml"
+        if host.run("pgrep -x cron").rc != 0:
+            return FAIL, "kooi gc is in the runner's crontab, but cron is not running: `service cron start`"
+        timer = "; kooi gc hourly from the runner's crontab, cron running"
     return PASS, f"run {res['run_id']}: no container or network left (nor of earlier {WORKFLOW} runs){timer}"
