@@ -195,7 +195,8 @@ def _check_limits(doc: dict[str, Any], what: str, limits: dict[str, int], whose:
             return deny(f"{what}: {key} {v!r} refused (above {whose} of {top})")
     if "NanoCpus" in limits:
         quota, period = _int(field(doc, "CpuQuota")), _int(field(doc, "CpuPeriod")) or 100000
-        if quota is not None and (quota < -1 or quota * 1e9 / period > limits["NanoCpus"]):
+        # -1 lifts the quota: refused like any value above the run's.
+        if quota and (quota < 0 or quota * 1e9 / period > limits["NanoCpus"]):
             return deny(f"{what}: CpuQuota {quota} per {period} refused (above {whose} of "
                         f"{limits['NanoCpus'] / 1e9:g} CPUs)")
     for u in field(doc, "Ulimits") or []:

@@ -339,6 +339,7 @@ def test_a_nested_container_may_ask_for_less_never_for_more():
                     ({"PidsLimit": 100000}, "PidsLimit 100000 refused"),
                     ({"NanoCpus": 4_000_000_000}, "NanoCpus 4000000000 refused"),
                     ({"CpuQuota": 400000, "CpuPeriod": 100000}, "CpuQuota 400000 per 100000 refused"),
+                    ({"CpuQuota": -1}, "CpuQuota -1 per 100000 refused"),
                     ({"Ulimits": [{"Name": "nproc", "Soft": 100, "Hard": 100000}]}, "Ulimits 'nproc' Hard=100000 refused"),
                     ({"Ulimits": [{"Name": "core", "Soft": 1, "Hard": 1}]}, "Ulimits 'core' Soft=1 refused")]:
         d, _ = decide(b, "POST", "/containers/create", {"Image": "x", "HostConfig": hc})
