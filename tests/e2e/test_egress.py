@@ -13,8 +13,10 @@ gets out."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -248,6 +250,53 @@ def test_with_the_proxy_stopped_nothing_gets_out(host, probe_wf, project):
     assert any("no egress at all" in w for w in result["warnings"]), result["warnings"]
     assert out["http_allowed"]["code"] == 0 and out["https_allowed"]["connect"] == 0, out
     assert not out["direct_tcp"]["connected"], out
+
+
+EGRESS_LOOP = """import os, time, urllib.request
+for i in range(40):
+    try:
+        urllib.request.urlopen("http://" + os.environ["KOOI_PROBE_ALLOWED"] + "/probe", timeout=2).read()
+        print("EGRESS ok", flush=True)
+    except Exception as exc:
+        print("EGRESS failed", type(exc).__name__, flush=True)
+    time.sleep(0.3)
+"""
+
+
+def test_the_proxy_killed_mid_run_leaves_the_workload_without_egress_and_the_result_says_so(host, wfdir, project,
+                                                                                             upstreams):
+    write_wf(wfdir, "egress-loop", {"command": ["python3", "-c", EGRESS_LOOP], "network": "proxy", "timeout": 120,
+                                    "environment": {"KOOI_PROBE_ALLOWED": ALLOWED}})
+    out = Path(f"/var/tmp/kooi-e2e-egress-loop-{time.monotonic_ns()}.json")
+    proc = subprocess.Popen([KOOI, "run", "egress-loop", "--project", str(project("python-example")), "--json", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "KOOI_WORKFLOW_DIR": str(wfdir)})
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("EGRESS ok"):
+                break
+        assert lines and lines[-1].startswith("EGRESS ok"), "".join(lines)[-3000:]
+        pid = json.loads(sh(KOOI, "egress", "status", "--json").stdout)["proxy"]["pid"]
+        # The proxy this session started (kooi egress start): squid's master and its
+        # worker, one process group.
+        os.killpg(pid, signal.SIGKILL)
+        lines += proc.stdout.readlines()
+        assert proc.wait(timeout=120) == 0
+        result = json.loads(out.read_text())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out.unlink(missing_ok=True)
+        sh(KOOI, "egress", "start")
+    after = [x for x in lines[lines.index(next(x for x in lines if x.startswith("EGRESS ok"))):]
+             if x.startswith("EGRESS")]
+    assert after[-1].startswith("EGRESS failed"), after  # no egress once the proxy was gone
+    assert not any(x.startswith("EGRESS ok") for x in after[-5:]), after
+    assert result["egress"]["proxy_up"] is False
+    assert any("the proxy stopped during the run" in w for w in result["warnings"]), result["warnings"]
 
 
 def test_a_host_without_rules_refuses_to_give_a_workload_a_network(host, probe_wf, project):

@@ -7,6 +7,7 @@ so; the cgroup path is proven on Molecule's userns_remap host (RUN-LIMITS)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
@@ -175,4 +176,47 @@ def test_a_memory_hog_ends_at_its_memory_limit(host, wfdir, project, mode):
     else:
         line = next(x for x in res.stdout.splitlines() if x.startswith("HOG-REFUSED"))
         assert int(line.split()[1]) <= 256 and res.returncode == 3
+    assert leftovers(host) == []
+
+
+def test_the_engine_killed_mid_run_gives_engine_unavailable_and_nothing_outlives_recovery(host, wfdir, project):
+    """kill -9 of the runner's engine mid-run: kooi run says so (exit 125) instead of
+    waiting for its timeout; the workload ends at its own deadline (kooi's init, the
+    engine gone); after `kooi engine start`, `kooi gc` removes its container."""
+    marker = f"kooi-engine-fault-{time.monotonic_ns()}"
+    write_wf(wfdir, "engine-fault", flow("container", ["sh", "-c", f": {marker}; while :; do echo tick; sleep 1; done"],
+                                         timeout=15))
+    out = Path(f"/var/tmp/kooi-e2e-engine-fault-{time.monotonic_ns()}.json")
+    proc = subprocess.Popen([KOOI, "run", "engine-fault", "--project", str(project("python-example")), "--json", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "KOOI_WORKFLOW_DIR": str(wfdir)})
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            if line.startswith("tick"):
+                break
+        engine_pid = int(subprocess.run(["pgrep", "-u", host["runner_user"], "-x", "dockerd"], capture_output=True,
+                                        text=True, check=True).stdout.split()[0])
+        t0 = time.monotonic()
+        subprocess.run(["kill", "-9", str(engine_pid)], check=True)  # the engine this session started
+        rest = proc.stdout.read()
+        rc = proc.wait(timeout=60)
+        took = time.monotonic() - t0
+        result = json.loads(out.read_text())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out.unlink(missing_ok=True)
+        subprocess.run([KOOI, "engine", "start"], check=True, capture_output=True)
+    assert rc == 125 and result["reason"] == "unavailable", rest[-2000:]
+    assert "the engine stopped answering during the run" in result["message"]
+    assert took < 30, f"kooi run took {took:.0f} s to notice"  # not its 15 s timeout plus a kill
+    # The workload's init ends it at its deadline (timeout 15 + 10 s), the engine gone or not.
+    for _ in range(60):
+        if marked(marker) == 0:
+            break
+        time.sleep(1)
+    assert marked(marker) == 0, "the workload outlived its deadline without its engine"
+    gc = subprocess.run(["runuser", "-u", host["runner_user"], "--", KOOI, "gc"], capture_output=True, text=True)
+    assert gc.returncode == 0, gc.stderr
     assert leftovers(host) == []

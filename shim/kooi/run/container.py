@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -291,13 +292,32 @@ class ContainerBackend:
         assert self.container is not None
         try:
             st = self.client.wait(self.container, timeout=max(0.1, timeout))
-        except OSError:
-            return None  # the engine went away: the supervisor's deadline and kill decide
+        except OSError as exc:
+            if self._engine_answers():
+                return None  # a hiccup: the next wait asks again
+            assert self.ctx is not None
+            grace = self.ctx.res.limits.get("deadline", {})
+            raise unavailable(
+                f"the engine stopped answering during the run ({exc.__class__.__name__}: {exc}); the workload "
+                + (f"ends at its own deadline, {grace['requested']:g} s after it started (kooi's init), "
+                   if grace.get("enforced") else "may run on until the engine is back, ")
+                + "and `kooi engine start` then `kooi gc` remove its container") from None
         if st is None:
             return None
         self.pump.join(timeout=10)
         self._limits_reached(self.client.inspect(self.container).get("State", {}).get("OOMKilled"))
         return int(st.get("StatusCode", EXIT_ERROR))
+
+    def _engine_answers(self, tries: int = 3) -> bool:
+        assert self.client is not None
+        for i in range(tries):
+            try:
+                self.client.request("GET", "/_ping", timeout=5, versioned=False)
+                return True
+            except (engineapi.APIError, OSError):
+                if i + 1 < tries:
+                    time.sleep(1)
+        return False
 
     def _limits_reached(self, oom_killed: bool, stats: dict[str, Any] | None = None) -> None:
         """Which limit the workload reached: the engine's OOM record, its stats (a run
@@ -335,17 +355,27 @@ class ContainerBackend:
 
     def cleanup(self) -> None:
         assert self.ctx is not None
+        left = None
         if self.container is not None and self.client is not None:
             try:
                 self.client.remove(self.container)
             except engineapi.NotFound:
                 pass
+            except OSError as exc:
+                # The engine is gone: the rest of the cleanup still runs (secrets,
+                # settings); the container is for `kooi gc` once the engine is back.
+                self.ctx.res.warn(self.ctx.log, f"could not remove {self.name}: the engine does not answer "
+                                                f"({exc}); `kooi engine start`, then `kooi gc`")
+                left = self.name
         if self.access:
             self.access.close(self.ctx.res)
         if self.registered and self.ctx.secrets is not None:
             self._release_secrets()
         if self.settings is not None:
             self.settings.unlink(missing_ok=True)
+        if left:
+            res = self.ctx.res
+            res.cleanup = {**(res.cleanup or {}), "failed": [*((res.cleanup or {}).get("failed") or []), left]}
 
     def _release_secrets(self) -> None:
         """The placeholders die with the run; the injector's record of the run (what it

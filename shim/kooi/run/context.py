@@ -129,6 +129,13 @@ class RunContext:
         from .. import egress
 
         time.sleep(0.2)  # the proxy logs a request when it ends
+        if self.res.egress.get("proxy_up"):
+            up, detail = egress.proxy_up(self.egress)
+            if not up:
+                self.res.egress["proxy_up"] = False
+                self.res.warn(self.log, f"egress: the proxy stopped during the run ({detail}): from then on the "
+                                        "workload had no egress at all; start it again (kooi egress start, or "
+                                        "systemctl restart kooi-egress)")
         rec = egress.run_record(self.egress, self.proxy_port, self.proxy_since, time.time(),
                                 self.proxy_log_offset)
         self.res.egress.update(rec)
