@@ -45,6 +45,8 @@ def _engine(args: argparse.Namespace) -> int:
     print(engine.render(st, args.json))
     if args.action == "stop":
         return EXIT_OK if not st.running else EXIT_FAIL
+    if st.running and st.drift:
+        return EXIT_FAIL
     return EXIT_OK if st.running else EXIT_NOT_RUNNING
 
 

@@ -14,7 +14,7 @@ import pwd
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from .drift import drift
 from .engineapi import EngineError as EngineError  # re-exported: the engine commands raise it
 from .hoststate.engine import EngineConfig
 
@@ -40,6 +41,9 @@ class Status:
     version: str | None = None
     storage_driver: str | None = None
     detail: str = ""
+    # How the running daemon differs from its configuration (engine.json, daemon.json):
+    # empty when it runs as configured.
+    drift: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -126,6 +130,14 @@ def _systemctl(cfg: EngineConfig, verb: str) -> subprocess.CompletedProcess[str]
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
+def _daemon_config(cfg: EngineConfig) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(Path(cfg.daemon_config).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def status(cfg: EngineConfig) -> Status:
     mgr = manager(cfg)
     ok, why = ping(cfg)
@@ -140,6 +152,7 @@ def status(cfg: EngineConfig) -> Status:
                 c.close()
             st.version = info.get("ServerVersion")
             st.storage_driver = info.get("Driver")
+            st.drift = drift(cfg, info, _daemon_config(cfg))
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             st.detail = f"ping answered but info failed: {exc}"
     return st
@@ -172,7 +185,16 @@ def _prepare_runtime_dir(cfg: EngineConfig) -> None:
 def start(cfg: EngineConfig, timeout: float = START_TIMEOUT) -> Status:
     ok, _ = ping(cfg)
     if ok:
-        return status(cfg)
+        st = status(cfg)
+        if not st.drift:
+            return st
+        # Running, but not as configured (a mode switch, a changed daemon.json): a daemon
+        # kooi manages is restarted with its configuration; anything else is the operator's.
+        if st.manager == "direct" and st.pid is None:
+            raise EngineError("the daemon on " + cfg.socket + " runs differently from its configuration ("
+                              + "; ".join(st.drift) + ") and was not started by kooi; stop it (e.g. the "
+                              "distribution's docker service) and run `kooi engine start` again")
+        stop(cfg)
     mgr = manager(cfg)
     if mgr == "systemd":
         res = _systemctl(cfg, "start")
@@ -302,4 +324,9 @@ def render(st: Status, as_json: bool) -> str:
         parts.append(f"version: {st.version}, storage driver: {st.storage_driver}")
     if st.detail and not st.running:
         parts.append(f"detail: {st.detail}")
+    for d in st.drift:
+        parts.append(f"drift: {d}")
+    if st.drift:
+        parts.append("the daemon runs differently from its configuration: `kooi engine start` restarts it "
+                     "with its configuration (or re-run site.yml)")
     return "\n".join(parts)

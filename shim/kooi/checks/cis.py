@@ -64,6 +64,7 @@ MAP: dict[str, list[str]] = {
     "HOST-ENGINE-FILES": ["3.1", "3.2", "3.17", "3.18"],
     "HOST-ENGINE-SOCKET": ["3.15", "3.16"],
     "HOST-ROOTFUL-SOCKET": ["1.1.2"],
+    "HOST-ENGINE-DRIFT": ["2.9"],
     "HOST-STORAGE-DRIVER": [],
     "HOST-FUSE": [],
     "HOST-APPARMOR-PROFILES": ["5.1"],

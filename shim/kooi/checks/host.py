@@ -156,6 +156,26 @@ def daemon_settings(host: Host, ctx: Context) -> Outcome:
     return PASS, f"{ctx.engine.daemon_config}: " + json.dumps({k: cfg.get(k) for k in sorted(cfg)})
 
 
+@check("HOST-ENGINE-DRIFT", "the running daemon runs as configured: engine mode (userns-remap or rootless), default "
+       "seccomp profile, storage driver, authorization plugins",
+       "a mode switch or a changed daemon.json that never reached the running daemon: the host claims a confinement "
+       "its engine does not apply")
+def engine_drift(host: Host, ctx: Context) -> Outcome:
+    from ..drift import drift
+
+    info = _engine_info(host, ctx)
+    try:
+        cfg = daemon_json(host, ctx)
+    except (ValueError, OSError) as exc:
+        return FAIL, f"{ctx.engine.daemon_config}: cannot read it: {exc}"
+    found = drift(ctx.engine, info, cfg)
+    if found:
+        return FAIL, "; ".join(found) + ": `kooi engine start` restarts it with its configuration (or re-run site.yml)"
+    sec = [o for o in info.get("SecurityOptions") or [] if not o.startswith("name=cgroupns")]
+    return PASS, f"as configured: {', '.join(sec)}; storage driver {info.get('Driver')}; authorization plugins " \
+                 f"{((info.get('Plugins') or {}).get('Authorization')) or 'none'}"
+
+
 def _stat_tree(host: Host, paths: Sequence[str]) -> dict[str, tuple[bool, bool, int, int]]:
     """(exists, is a symlink, uid, mode) of each path and of every parent directory, in one
     command on the host (one stat per path, not one round trip per property)."""

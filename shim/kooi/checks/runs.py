@@ -283,8 +283,14 @@ def run_limits(host: Host, ctx: Context) -> Outcome:
     bad = limit_problems(record, *parse_limits_output(text))
     if bad:
         return FAIL, "; ".join(bad)
-    parts = [f"{k} {record[k]['requested']}: {record[k]['by']}" for k in ("pids", "memory", "cpus", "files")]
-    return PASS, "; ".join(parts) + "; no core dumps"
+    parts: list[str] = []
+    reasons: list[str] = []
+    for k in ("pids", "memory", "cpus", "files"):
+        how, _, reason = record[k]["by"].partition("; ")
+        parts.append(f"{k} {record[k]['requested']}: {how}")
+        if reason and reason not in reasons:
+            reasons.append(reason)
+    return PASS, "; ".join(parts) + "; no core dumps" + "".join(f" ({r})" for r in reasons)
 
 
 @check("RUN-SECRETS-HIDDEN", "a workload that names inject secrets holds placeholders, never a value: not in its "
