@@ -381,6 +381,24 @@ def test_missing_engine_is_a_clear_error_that_changes_nothing(host, wfdir, proje
     assert tree_digest(proj) == before
 
 
+def test_engine_status_says_when_the_running_daemon_differs_from_its_configuration(host, tmp_path):
+    """The same daemon against a configuration it does not run with (another storage
+    driver, an authorization plugin): drift lines and exit 1; against its own: exit 0."""
+    cfg = json.loads(Path("/etc/kooi/engine.json").read_text())
+    daemon = json.loads(Path(cfg["daemon_config"]).read_text())
+    (tmp_path / "daemon.json").write_text(json.dumps({**daemon, "storage-driver": "vfs",
+                                                      "authorization-plugins": ["kooi-authz"]}))
+    (tmp_path / "engine.json").write_text(json.dumps({**cfg, "daemon_config": str(tmp_path / "daemon.json")}))
+    ok = subprocess.run([KOOI, "engine", "status"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "drift" not in ok.stdout, ok.stdout + ok.stderr
+    bad = subprocess.run([KOOI, "engine", "status", "--config", str(tmp_path / "engine.json")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert f"drift: storage driver: configured vfs, running {daemon.get('storage-driver', 'overlay2')}" in bad.stdout
+    assert "drift: authorization plugins: configured ['kooi-authz'], running none" in bad.stdout
+    assert "Traceback" not in bad.stderr
+
+
 def test_gc_removes_what_a_dead_run_left(host):
     env = ["runuser", "-u", host["runner_user"], "--", "env", f"DOCKER_HOST=unix://{host['socket']}", "docker"]
     subprocess.run([*env, "create", "--label", "org.kooi.managed=1", "--label", "org.kooi.workflow=ghost",
