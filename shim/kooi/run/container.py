@@ -18,6 +18,7 @@ from typing import Any
 from .. import apparmor, engineapi, image, labels
 from ..hoststate.egress import EgressConfig
 from ..hoststate.engine import EngineConfig
+from ..seccomp import LIMIT_MARK
 from ..workflow import Workflow
 from . import filters
 from . import limits as run_limits
@@ -76,6 +77,38 @@ def container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict[str, Any], p
     return body
 
 
+def cgroup_limits_reached(pid: int) -> list[str]:
+    """Which cgroup limit the container of host process PID has reached so far, from its
+    cgroup's event counters on the host (kooi run reads them before it kills a run at
+    its timeout; the container's init reads the same files when the workload ends)."""
+    hits: list[str] = []
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return hits
+    where: dict[str, str] = {}
+    for line in lines:
+        _, ctls, path = line.split(":", 2)
+        for ctl in (ctls.split(",") if ctls else ["unified"]):
+            where[ctl] = path
+    for ctl, fname, key, name in (("pids", "pids.events", "max", "pids"),
+                                  ("memory", "memory.oom_control", "oom_kill", "memory")):
+        cands = [Path("/sys/fs/cgroup") / ctl / where[ctl].lstrip("/") / fname] if ctl in where else []
+        if "unified" in where:
+            unified = Path("/sys/fs/cgroup") / where["unified"].lstrip("/")
+            cands.append(unified / ("pids.events" if ctl == "pids" else "memory.events"))
+        for f in cands:
+            try:
+                text = f.read_text()
+            except OSError:
+                continue
+            for row in text.splitlines():
+                k, _, v = row.partition(" ")
+                if k == key and v.strip().isdigit() and int(v) > 0 and name not in hits:
+                    hits.append(name)
+    return hits
+
+
 class ContainerBackend:
     poll_interval = 2.0
 
@@ -91,6 +124,7 @@ class ContainerBackend:
         self.registered = False
         self.plan: run_limits.Plan | None = None
         self.tail = ""  # the end of the workload's output (the init's limit report)
+        self.pid: int | None = None  # the container's init, as the host sees it
 
     def prepare(self, ctx: RunContext) -> None:
         self.ctx = ctx
@@ -272,6 +306,10 @@ class ContainerBackend:
         assert self.ctx is not None and self.client is not None and self.container is not None
         client, cid, log = self.client, self.container, self.ctx.log
         client.start(cid)
+        try:
+            self.pid = int((client.inspect(cid).get("State") or {}).get("Pid") or 0) or None
+        except (engineapi.APIError, OSError):
+            self.pid = None
         log.note(f"started {self.name} ({(self.ctx.res.image_digest or '')[:19]}) on the "
                  f"{self.ctx.cfg.mode} engine")
 
@@ -323,8 +361,6 @@ class ContainerBackend:
         """Which limit the workload reached: the engine's OOM record, its stats (a run
         killed at its timeout while at its pids limit), or kooi's init, whose last line
         reads its cgroup's event counters (kooi/seccomp.py)."""
-        from ..seccomp import LIMIT_MARK
-
         assert self.ctx is not None
         hits = ["memory"] if oom_killed else []
         lines = self.tail.strip().splitlines()
@@ -341,12 +377,15 @@ class ContainerBackend:
 
     def kill(self) -> None:
         assert self.client is not None and self.container is not None
+        hits = cgroup_limits_reached(self.pid) if self.pid else []
+        if hits:
+            self.tail += "\n" + LIMIT_MARK + " ".join(hits) + "\n"  # as the init would have said
         try:
             stats = self.client.request("GET", f"/containers/{self.container}/stats",
                                         query={"stream": "0", "one-shot": "1"}, timeout=10)
             self._limits_reached(False, stats if isinstance(stats, dict) else None)
         except (engineapi.APIError, OSError):
-            pass  # no stats: no limit to name
+            self._limits_reached(False)  # no stats: the cgroup's own counters only
         try:
             self.client.kill(self.container)
             self.client.wait(self.container, timeout=30)
