@@ -40,7 +40,8 @@ def test_a_fork_bomb_ends_at_its_pids_limit(host, ctx):
     _script(host, ctx, "bomb() { bomb | bomb & }; bomb; sleep 60")
     rc, res, out = _run(host, ctx, "faultcheck-bomb", workflow=WORKFLOW)
     assert res is not None, out[-2000:]
-    assert rc == 124 and res["reason"] == "timeout", out[-2000:]
+    # It runs until its timeout, or its own shell gives up when a fork fails.
+    assert rc != 0 and res["reason"] in ("timeout", "failed"), out[-2000:]
     pids = res["limits"]["pids"]
     assert pids["requested"] == 200 and pids["enforced"], pids
     if pids["by"].startswith("cgroup"):

@@ -5,8 +5,10 @@ Docker's default profile confines containers, but the one in Debian 12 (docker.i
 all. This filter refuses the kernel interfaces behind most escapes and kernel exploits:
 io_uring (ENOSYS, so runtimes fall back to ordinary I/O), bpf, perf_event_open,
 userfaultfd, open_by_handle_at/name_to_handle_at, module loading, kexec, the keyring,
-mount and the new mount API, pivot_root, swap, reboot, acct, quotactl, unshare/setns
-and clone with any CLONE_NEW* flag (clone3 answers ENOSYS so the C library falls back
+mount and the new mount API, pivot_root, swap, reboot, acct, quotactl, unshare/setns,
+ptrace and process_vm_readv/writev (unless a workflow opts in for a debugger: this
+kernel has no Yama, so any process of the same uid could otherwise be traced, docker
+exec'd ones included) and clone with any CLONE_NEW* flag (clone3 answers ENOSYS so the C library falls back
 to clone, whose flags a filter can read). Other architectures' system calls (i386,
 x32) are refused outright. Everything else is the engine's (or the kernel's) to decide.
 
@@ -18,14 +20,15 @@ Self-contained (standard library only): jails get `program()` through
 `bwrap --seccomp FD`; containers of kooi's runner image run this file's source with
 the image's python3, which installs the filter and executes the workload:
 
-    python3 -I -S -c "$(cat seccomp.py)" -- [--deadline SECONDS] [--nice N] COMMAND...
+    python3 -I -S -c "$(cat seccomp.py)" -- [--deadline SECONDS] [--nice N] [--debugger] COMMAND...
 
 With --deadline, as the container's pid 1 (instead of the engine's init), it is also
 the run's deadline that does not depend on `kooi run`: it forks the workload (which
 alone gets the filter), forwards signals to it, reaps every orphan, and exits with its
 exit code; SECONDS after it started, it kills every process of the container and exits
-124, which ends the container. When the workload ends it says on its last line of
-output which cgroup limit the container reached (pids, memory), if any. Nothing inside can stop that: a namespace's init gets
+124, which ends the container. When the workload ends it kills what the workload left
+and then says, on the container's last line of output, which cgroup limit the
+container reached (pids, memory), if any. Nothing inside can stop that: a namespace's init gets
 no signal it has no handler for (SIGSTOP, SIGKILL) from inside, and it is not
 dumpable, so the workload (same uid) can neither ptrace it nor write its memory.
 """
@@ -50,6 +53,9 @@ DENIED = {
     "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142), "acct": (163, 89),
     "quotactl": (179, 60), "unshare": (272, 97), "setns": (308, 268),
 }
+# Another process's memory and execution (same uid; this kernel has no Yama): refused
+# unless the workflow opts in for a debugger (`debugger: true`).
+DEBUG = {"ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271)}
 NOT_IMPLEMENTED = {
     "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
     "clone3": (435, 435),
@@ -63,9 +69,10 @@ _LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
 
 
-def program(machine: str | None = None) -> bytes:
+def program(machine: str | None = None, debugger: bool = False) -> bytes:
     """The filter as a classic BPF program (struct sock_filter[]), for MACHINE
-    (default: this one). ValueError for an architecture kooi has no table for."""
+    (default: this one); DEBUGGER: ptrace and process_vm_* allowed. ValueError for an
+    architecture kooi has no table for."""
     machine = machine or os.uname().machine
     if machine not in AUDIT_ARCH:
         raise ValueError(f"kooi's seccomp filter has no system call table for {machine}")
@@ -80,6 +87,8 @@ def program(machine: str | None = None) -> bytes:
     ins.append((_JEQ, "clone", 0, CLONE[col]))
     ins += [(_JEQ, "enosys", 0, nrs[col]) for nrs in NOT_IMPLEMENTED.values()]
     ins += [(_JEQ, "deny", 0, nrs[col]) for nrs in DENIED.values()]
+    if not debugger:
+        ins += [(_JEQ, "deny", 0, nrs[col]) for nrs in DEBUG.values()]
     ins.append((_RET, 0, 0, RET_ALLOW))
     labels = {"clone": len(ins)}
     ins += [(_LD_ABS, 0, 0, 16),                             # args[0] (flags), low 32 bits
@@ -117,11 +126,11 @@ def install(prog: bytes | None = None) -> None:
             raise OSError(e, f"prctl({option}): {os.strerror(e)}")
 
 
-def _exec(argv: list[str], nice: int = 0) -> None:
+def _exec(argv: list[str], nice: int = 0, debugger: bool = False) -> None:
     try:
         if nice:
             os.nice(nice)
-        install()
+        install(program(debugger=debugger))
     except (OSError, ValueError) as exc:
         print(f"kooi: cannot install kooi's seccomp filter: {exc}", file=sys.stderr)
         os._exit(125)
@@ -164,7 +173,7 @@ def _report_limits() -> None:
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGCONT")
 
 
-def init(deadline: float, argv: list[str], nice: int = 0) -> None:
+def init(deadline: float, argv: list[str], nice: int = 0, debugger: bool = False) -> None:
     """pid 1 of the workload's container: the workload as its child, the deadline."""
     import ctypes
     import signal
@@ -175,16 +184,16 @@ def init(deadline: float, argv: list[str], nice: int = 0) -> None:
         sys.exit(125)
     child = os.fork()
     if child == 0:
-        _exec(argv, nice)
+        _exec(argv, nice, debugger)
     for name in FORWARDED:
         signal.signal(getattr(signal, name), lambda sig, _f: os.kill(child, sig))
 
     def expired(_sig: int, _f: object) -> None:
         os.write(2, f"kooi: the run's deadline of {deadline:.0f} s passed; every process is killed\n".encode())
-        _report_limits()
         try:
             os.kill(-1, signal.SIGKILL)  # every process of the container but this one
         finally:
+            _report_limits()
             os._exit(124)
 
     signal.signal(signal.SIGALRM, expired)
@@ -196,6 +205,12 @@ def init(deadline: float, argv: list[str], nice: int = 0) -> None:
             os._exit(0)
         if pid == child:
             code = os.waitstatus_to_exitcode(status)
+            # The workload has ended: what it left goes now (the namespace would take it
+            # when this init exits anyway), so that the report is the last word.
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
             _report_limits()
             os._exit(code if code >= 0 else 128 - code)
 
@@ -203,18 +218,23 @@ def init(deadline: float, argv: list[str], nice: int = 0) -> None:
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    deadline, nice = None, 0
-    while argv[:1] in (["--deadline"], ["--nice"]) and len(argv) > 1:
+    deadline, nice, debugger = None, 0, False
+    while argv[:1] in (["--deadline"], ["--nice"], ["--debugger"]):
+        if argv[0] == "--debugger":
+            debugger, argv = True, argv[1:]
+            continue
+        if len(argv) < 2:
+            break
         if argv[0] == "--deadline":
             deadline = float(argv[1])
         else:
             nice = int(argv[1])
         argv = argv[2:]
     if not argv:
-        sys.exit("usage: python3 -c \"$(cat seccomp.py)\" -- [--deadline SECONDS] [--nice N] COMMAND...")
+        sys.exit("usage: python3 -c \"$(cat seccomp.py)\" -- [--deadline SECONDS] [--nice N] [--debugger] COMMAND...")
     if deadline is not None and os.getpid() == 1:
-        init(deadline, argv, nice)
-    _exec(argv, nice)
+        init(deadline, argv, nice, debugger)
+    _exec(argv, nice, debugger)
 
 
 if __name__ == "__main__":

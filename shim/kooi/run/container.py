@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import apparmor, engineapi, image, labels
+from ..hoststate import paths
 from ..hoststate.egress import EgressConfig
 from ..hoststate.engine import EngineConfig
 from ..seccomp import LIMIT_MARK
@@ -160,7 +161,16 @@ class ContainerBackend:
         log.note(plan.summary())
         for line in plan.info:
             log.note(f"limits: {line}")
-        res.seccomp = filters.stack_on_container(body, img, wf.timeout, plan.nice)
+        if wf.debugger:
+            profile = next((o.split("profile=", 1)[1] for o in info.get("SecurityOptions") or []
+                            if o.startswith("name=seccomp,") and "profile=" in o), "")
+            if profile.startswith(paths.SECCOMP_DIR + "/"):
+                raise refused(f"workflow {wf.name} asks for a debugger (debugger: true), but this host's engine "
+                              f"profile ({profile}, kooi_engine_seccomp: auto) refuses ptrace for every container; "
+                              "set kooi_engine_seccomp: engine and re-run site.yml to allow debugger workflows here")
+        res.seccomp = filters.stack_on_container(body, img, wf.timeout, plan.nice, wf.debugger)
+        if wf.debugger:
+            res.seccomp["note"] += "; ptrace allowed (debugger: true)"
         log.note("seccomp: " + res.seccomp["note"])
         deadline = wf.timeout + filters.DEADLINE_GRACE
         res.limits["deadline"] = {"requested": deadline, "enforced": res.seccomp["kooi"],
@@ -363,9 +373,9 @@ class ContainerBackend:
         reads its cgroup's event counters (kooi/seccomp.py)."""
         assert self.ctx is not None
         hits = ["memory"] if oom_killed else []
-        lines = self.tail.strip().splitlines()
-        if lines and lines[-1].startswith(LIMIT_MARK):
-            hits += [h for h in lines[-1][len(LIMIT_MARK):].split() if h in ("pids", "memory") and h not in hits]
+        for line in self.tail.strip().splitlines()[-3:]:
+            if line.startswith(LIMIT_MARK):
+                hits += [h for h in line[len(LIMIT_MARK):].split() if h in ("pids", "memory") and h not in hits]
         pids = (stats or {}).get("pids_stats") or {}
         if pids.get("limit") and pids.get("current", 0) >= pids["limit"] and "pids" not in hits:
             hits.append("pids")
