@@ -61,6 +61,7 @@ class Workflow:
     description: str = ""
     secrets: tuple[str, ...] = ()
     unprotected_paths: tuple[str, ...] = ()
+    debugger: bool = False
 
 
 @lru_cache(maxsize=1)
@@ -247,7 +248,8 @@ def parse(path: Path, name: str | None = None) -> Workflow:
         tmpfs_size=data.get("tmpfs_size", "1g"), network=data.get("network", "none"),
         testcontainers=bool(data.get("testcontainers", False)),
         min_isolation=data.get("min_isolation"), description=data.get("description", ""),
-        secrets=tuple(data.get("secrets") or ()), unprotected_paths=tuple(data.get("unprotected_paths") or ()))
+        secrets=tuple(data.get("secrets") or ()), unprotected_paths=tuple(data.get("unprotected_paths") or ()),
+        debugger=bool(data.get("debugger", False)))
 
 
 def limit_errors(lim: Any, source: str, host: limits_state.LimitsConfig) -> list[str]:

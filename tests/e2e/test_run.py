@@ -317,6 +317,41 @@ def test_kooi_seccomp_filter_confines_jails_and_runner_containers(host, wfdir, p
     assert bare.stdout.split()[1] == "EPERM", bare.stdout
 
 
+PTRACE_PROBE = r"""
+import ctypes, errno, os, time
+libc = ctypes.CDLL(None, use_errno=True); libc.syscall.restype = ctypes.c_long
+child = os.fork()
+if child == 0:
+    time.sleep(30); os._exit(0)
+r = libc.syscall(101, ctypes.c_long(16), ctypes.c_long(child), ctypes.c_long(0), ctypes.c_long(0))  # PTRACE_ATTACH
+print("PTRACE", "ok" if r == 0 else errno.errorcode.get(ctypes.get_errno()), flush=True)
+os.kill(child, 9); os.waitpid(child, 0)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe uses x86_64 system call numbers")
+def test_ptrace_is_refused_unless_a_workflow_opts_in_for_a_debugger(host, wfdir, project):
+    """Same-uid ptrace (this kernel has no Yama): refused by kooi's filter in jails and
+    containers; `debugger: true` lifts it in a jail. In containers the engine's own
+    profile refuses it too on this machine's docker.io 20.10 (kooi's profile), so a
+    debugger workflow is refused up front there instead of failing inside."""
+    proj = project("python-example")
+    for mode, debugger, want in (("jail", False, "EPERM"), ("jail", True, "ok"), ("container", False, "EPERM")):
+        wf_ = {"mode": mode, "command": ["python3", "-I", "-c", PTRACE_PROBE], "timeout": 60, "debugger": debugger}
+        write_wf(wfdir, f"ptrace-{mode}-{debugger}".lower(), wf_)
+        res, result = kooi_run(f"ptrace-{mode}-{debugger}".lower(), proj, wfdir)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"PTRACE {want}" in res.stdout, (mode, debugger, res.stdout[-1000:])
+    write_wf(wfdir, "ptrace-container-true", {"command": ["true"], "timeout": 60, "debugger": True})
+    res, result = kooi_run("ptrace-container-true", proj, wfdir)
+    profile = json.loads(Path(host["daemon_config"]).read_text()).get("seccomp-profile")
+    if profile:  # kooi's engine profile refuses ptrace to every container
+        assert res.returncode == 126 and result["reason"] == "refused", res.stderr
+        assert "kooi_engine_seccomp: engine" in result["message"]
+    else:
+        assert res.returncode == 0 and "ptrace allowed (debugger: true)" in result["seccomp"]["note"]
+
+
 def test_jail_timeout_kills_every_jailed_process(host, wfdir, project):
     marker = f"kooi-jail-sleep-{os.getpid()}"
     write_wf(wfdir, "jail-sleeper", {"mode": "jail", "timeout": 2,

@@ -42,14 +42,19 @@ def evaluate(prog: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
-def test_every_listed_call_is_refused_and_others_allowed(machine):
-    prog, col, arch = seccomp.program(machine), (0 if machine == "x86_64" else 1), seccomp.AUDIT_ARCH[machine]
+@pytest.mark.parametrize("debugger", [False, True])
+def test_every_listed_call_is_refused_and_others_allowed(machine, debugger):
+    prog, col = seccomp.program(machine, debugger=debugger), (0 if machine == "x86_64" else 1)
+    arch = seccomp.AUDIT_ARCH[machine]
     assert len(prog) % 8 == 0 and len(prog) // 8 < 4096
     for name, nrs in seccomp.DENIED.items():
         assert evaluate(prog, nrs[col], arch) == EPERM, name
+    for name, nrs in seccomp.DEBUG.items():  # ptrace and process_vm_*: only a debugger workflow's
+        assert evaluate(prog, nrs[col], arch) == (ALLOW if debugger else EPERM), name
     for name, nrs in seccomp.NOT_IMPLEMENTED.items():
         assert evaluate(prog, nrs[col], arch) == ENOSYS, name
-    listed = {n[col] for n in (*seccomp.DENIED.values(), *seccomp.NOT_IMPLEMENTED.values())}
+    listed = {n[col] for n in (*seccomp.DENIED.values(), *seccomp.NOT_IMPLEMENTED.values(),
+                               *seccomp.DEBUG.values())}
     clone = seccomp.CLONE[col]
     for nr in range(0, 460):
         if nr not in listed and nr != clone:

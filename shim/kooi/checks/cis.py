@@ -84,6 +84,7 @@ MAP: dict[str, list[str]] = {
     "ID-APPARMOR": ["5.1"],
     "ESC-SYSCALLS": ["5.21"],
     "ESC-ENGINE-SYSCALLS": ["5.21"],
+    "ESC-PTRACE": ["5.21"],
     "ESC-FRESH-MOUNTS": [],
     "ESC-DEVICES": ["5.17"],
     "POL-AUTHZ-PLUGIN": ["2.12"],

@@ -8,17 +8,17 @@ from typing import Any
 from .errors import unavailable
 
 NOTE = ("kooi's filter: no io_uring, bpf, perf_event_open, userfaultfd, handle syscalls, modules, "
-        "kexec, keyring, mounts, namespaces")
+        "kexec, keyring, mounts, namespaces, ptrace")
 # Run by the image's python3 in containers of kooi's runner image (standard library only).
 SOURCE = (Path(__file__).resolve().parents[1] / "seccomp.py").read_text()
 
 
-def program() -> bytes:
-    """The compiled filter (BPF), for bwrap --seccomp."""
+def program(debugger: bool = False) -> bytes:
+    """The compiled filter (BPF), for bwrap --seccomp; DEBUGGER: ptrace allowed."""
     from .. import seccomp
 
     try:
-        return seccomp.program()
+        return seccomp.program(debugger=debugger)
     except ValueError as exc:
         raise unavailable(str(exc)) from None
 
@@ -29,7 +29,7 @@ DEADLINE_GRACE = 10
 
 
 def stack_on_container(body: dict[str, Any], img_attrs: dict[str, Any], timeout: float | None = None,
-                       nice: int | None = None) -> dict[str, Any]:
+                       nice: int | None = None, debugger: bool = False) -> dict[str, Any]:
     """Stack kooi's filter on the engine's profile where the image is kooi's runner image
     (its python3 installs the filter, then executes the image's entrypoint and command).
     With TIMEOUT, that python3 is also the container's init, and kills every process of
@@ -46,7 +46,7 @@ def stack_on_container(body: dict[str, Any], img_attrs: dict[str, Any], timeout:
     program()
     # -S: no site processing; the filter needs the standard library only (~15 ms less per run).
     init = ["--deadline", f"{timeout + DEADLINE_GRACE:g}"] if timeout else []
-    opts = ["--nice", str(nice)] if nice else []
+    opts = (["--nice", str(nice)] if nice else []) + (["--debugger"] if debugger else [])
     body["Entrypoint"] = ["python3", "-I", "-S", "-c", SOURCE, "--", *init, *opts, *(conf.get("Entrypoint") or [])]
     if init:
         body["HostConfig"]["Init"] = False  # kooi's python3 is pid 1 (the engine's init would be)

@@ -115,8 +115,9 @@ class JailBackend:
         conf, prefix = ctx.confinement(apparmor.for_jail)
         res.apparmor = conf.as_dict()
         log.note(conf.note)
-        filt = filters.program()
-        res.seccomp = {"engine": None, "kooi": True, "note": filters.NOTE + " (bwrap --seccomp)"}
+        filt = filters.program(wf.debugger)
+        res.seccomp = {"engine": None, "kooi": True, "note": filters.NOTE + " (bwrap --seccomp)"
+                       + ("; ptrace allowed (debugger: true)" if wf.debugger else "")}
         log.note("seccomp: " + res.seccomp["note"])
         rfd, wfd = os.pipe()
         self.fds.append(rfd)
