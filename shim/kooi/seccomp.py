@@ -149,9 +149,11 @@ LIMIT_EVENTS = (("/sys/fs/cgroup/pids.events", "max", "pids"), ("/sys/fs/cgroup/
 LIMIT_MARK = "kooi: limit reached: "
 
 
-def limits_reached() -> list[str]:
+def limits_reached(events: tuple[tuple[str, str, str], ...] = LIMIT_EVENTS) -> list[str]:
+    """The limits (pids, memory) whose counter in EVENTS ((file, key, limit) rows) is
+    above 0; files that cannot be read are skipped."""
     hits: list[str] = []
-    for path, key, name in LIMIT_EVENTS:
+    for path, key, name in events:
         try:
             with open(path) as f:
                 text = f.read()

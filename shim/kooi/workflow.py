@@ -42,6 +42,10 @@ class Limits:
     pids: int | None = None
     files: int | None = None
 
+    def named(self) -> dict[str, Any]:
+        """Each limit key, None where the workflow does not name it."""
+        return {k: getattr(self, k) for k in limits_state.KEYS}
+
 
 @dataclass(frozen=True)
 class Workflow:
@@ -261,7 +265,7 @@ def limit_errors(lim: Any, source: str, host: limits_state.LimitsConfig) -> list
 
 
 def limit_errors_of(wf: Workflow, host: limits_state.LimitsConfig) -> list[str]:
-    return limit_errors({k: getattr(wf.limits, k) for k in limits_state.KEYS}, str(wf.path), host)
+    return limit_errors(wf.limits.named(), str(wf.path), host)
 
 
 def secret_errors(names: Any, mode: str, networked: bool, environment: dict[str, Any], source: str,

@@ -30,7 +30,7 @@ def wf(**kw) -> Workflow:
 
 def args(w: Workflow, enforce=None, img=IMG, host: LimitsConfig | None = None, ncpu=4):
     res = run.Result(workflow="t", run_id="t-1", project="/p")
-    values, origin, errors = resolve(run_limits.requested(w.limits), host or LimitsConfig())
+    values, origin, errors = resolve(w.limits.named(), host or LimitsConfig())
     assert not errors
     plan = run_limits.for_container(values, origin, enforce or {"memory": True, "pids": True, "cpus": True},
                                     ncpu, CFG.mode)

@@ -13,13 +13,12 @@ defaults, and has no maximum beyond kooi's own bounds (CEILING).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import paths, read
+from . import _json, paths, read
 from .errors import HostStateError
 
 PATH = Path(paths.LIMITS)
@@ -94,12 +93,7 @@ def _table(raw: Any, what: str, source: str, complete: bool) -> dict[str, Any]:
 
 
 def parse(text: str, source: str = str(PATH)) -> LimitsConfig:
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise HostStateError(f"{source}: cannot read the limits description: {exc}; re-run site.yml") from None
-    if not isinstance(raw, dict):
-        raise HostStateError(f"{source}: the limits description must be a JSON object; re-run site.yml")
+    raw = _json.obj(text, source, "limits description")
     unknown = sorted(set(raw) - {"default", "max"})
     if unknown:
         raise HostStateError(f"{source}: unknown keys {', '.join(unknown)}; re-run site.yml")

@@ -19,7 +19,7 @@ from .. import apparmor, engineapi, image, labels
 from ..hoststate import paths
 from ..hoststate.egress import EgressConfig
 from ..hoststate.engine import EngineConfig
-from ..seccomp import LIMIT_MARK
+from ..seccomp import LIMIT_MARK, limits_reached
 from ..workflow import Workflow
 from . import filters
 from . import limits as run_limits
@@ -82,32 +82,24 @@ def cgroup_limits_reached(pid: int) -> list[str]:
     """Which cgroup limit the container of host process PID has reached so far, from its
     cgroup's event counters on the host (kooi run reads them before it kills a run at
     its timeout; the container's init reads the same files when the workload ends)."""
-    hits: list[str] = []
     try:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
-        return hits
+        return []
     where: dict[str, str] = {}
     for line in lines:
         _, ctls, path = line.split(":", 2)
         for ctl in (ctls.split(",") if ctls else ["unified"]):
-            where[ctl] = path
-    for ctl, fname, key, name in (("pids", "pids.events", "max", "pids"),
-                                  ("memory", "memory.oom_control", "oom_kill", "memory")):
-        cands = [Path("/sys/fs/cgroup") / ctl / where[ctl].lstrip("/") / fname] if ctl in where else []
-        if "unified" in where:
-            unified = Path("/sys/fs/cgroup") / where["unified"].lstrip("/")
-            cands.append(unified / ("pids.events" if ctl == "pids" else "memory.events"))
-        for f in cands:
-            try:
-                text = f.read_text()
-            except OSError:
-                continue
-            for row in text.splitlines():
-                k, _, v = row.partition(" ")
-                if k == key and v.strip().isdigit() and int(v) > 0 and name not in hits:
-                    hits.append(name)
-    return hits
+            where[ctl] = path.lstrip("/")
+    events: list[tuple[str, str, str]] = []
+    if "pids" in where:
+        events.append((f"/sys/fs/cgroup/pids/{where['pids']}/pids.events", "max", "pids"))
+    if "memory" in where:
+        events.append((f"/sys/fs/cgroup/memory/{where['memory']}/memory.oom_control", "oom_kill", "memory"))
+    if "unified" in where:
+        events += [(f"/sys/fs/cgroup/{where['unified']}/pids.events", "max", "pids"),
+                   (f"/sys/fs/cgroup/{where['unified']}/memory.events", "oom_kill", "memory")]
+    return limits_reached(tuple(events))
 
 
 class ContainerBackend:

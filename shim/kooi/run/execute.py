@@ -24,7 +24,6 @@ from ..hoststate import engine as engine_state
 from ..hoststate import limits as limits_state
 from ..hoststate.engine import EngineConfig
 from . import backend
-from . import limits as run_limits
 from .context import RunContext, load_host_state
 from .errors import EXIT_ERROR, EXIT_INVALID, Interrupted, Log, Result, RunError, now, refused, unavailable
 from .identity import check_identity, check_runner_can_import, drop_to_runner
@@ -94,7 +93,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             host_limits = limits_state.load()
         except HostStateError as exc:
             raise unavailable(str(exc)) from None
-        lim, lim_origin, lim_errors = limits_state.resolve(run_limits.requested(wf.limits), host_limits,
+        lim, lim_origin, lim_errors = limits_state.resolve(wf.limits.named(), host_limits,
                                                            f"{wf.path}: key 'limits'")
         if lim_errors:
             raise workflow.WorkflowError("\n".join(lim_errors))

@@ -29,10 +29,6 @@ NICE = 10  # where no cgroup bounds CPU time: the workload yields to everything 
 CPU_SHARES = 512  # where one does: half the default weight (CIS Docker 5.11)
 
 
-def requested(wf_limits: Any) -> dict[str, Any]:
-    return {k: getattr(wf_limits, k, None) for k in host_limits.KEYS}
-
-
 @dataclass
 class Plan:
     """What a backend applies, and what the result says about it."""
