@@ -127,7 +127,9 @@ def start(cfg: EgressConfig, timeout: float = 30.0) -> dict[str, bool]:
         Path(cfg.pid_file).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         res = subprocess.run([SQUID, "-f", cfg.squid_config], capture_output=True, text=True, check=False,
                              stdin=subprocess.DEVNULL)
-        if res.returncode != 0:
+        # "already running": another start (a role's handler, a root run) got there
+        # first and that squid is not answering yet; wait for it like for our own.
+        if res.returncode != 0 and "already running" not in (res.stderr + res.stdout):
             raise EgressError(f"squid -f {cfg.squid_config} failed: {(res.stderr or res.stdout).strip()}")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

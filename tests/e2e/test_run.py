@@ -19,7 +19,9 @@ import jsonschema
 import pytest
 import yaml
 
+from kooi.hoststate import paths
 from kooi.run import filters
+from kooi.run.project import RunLock
 
 from .conftest import KOOI, REPO
 
@@ -194,12 +196,20 @@ def test_a_killed_supervisor_does_not_let_the_workload_outlive_its_deadline(host
     p.kill()
     p.wait()
     killed = time.monotonic()
+    # Hold the dead run's lock while watching its container: the hourly `kooi gc` (the
+    # runner's crontab on this machine) would otherwise remove it first when the hour
+    # comes round, and this is about the init's deadline, not gc's.
+    hold = RunLock(Path(paths.RUNS), "orphan", proj)
+    hold.acquire(0)
     state: list[str] = []
-    while time.monotonic() - killed < 3 + filters.DEADLINE_GRACE + 60:
-        state = runner_docker(host, "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", names[0]).split()
-        if state[0] != "running":
-            break
-        time.sleep(0.5)
+    try:
+        while time.monotonic() - killed < 3 + filters.DEADLINE_GRACE + 60:
+            state = runner_docker(host, "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", names[0]).split()
+            if state[0] != "running":
+                break
+            time.sleep(0.5)
+    finally:
+        hold.release()
     took = time.monotonic() - killed
     assert state == ["exited", "124"], state
     # Not kooi run (dead), the init: it ended past kooi's own timeout.
