@@ -73,8 +73,8 @@ class RunScope:
     path_map: dict[str, str] = field(default_factory=dict)        # container path -> host path
     protected: set[str] = field(default_factory=set)              # ids out of reach (the workload's own)
     # The workload's container, attached to every network the run creates so that it
-    # reaches what it starts there directly (the userns-remap engine isolates bridges
-    # from each other, published ports included); None: no attaching (rootless).
+    # reaches what it starts there directly (the engine isolates bridges
+    # from each other, published ports included); None: no attaching.
     attach: str | None = None
     # The AppArmor profile every container the run creates gets (kooi's runner profile
     # where the engine applies AppArmor); None: the engine's default.

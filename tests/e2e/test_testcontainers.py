@@ -94,7 +94,9 @@ def test_python_testcontainers_network_of_two(host, tc_wfdir, project, postgres_
 
 def test_a_workload_cannot_escape_through_its_engine_socket(host, tc_wfdir, project, postgres_image):
     """From inside a testcontainers run: the broker refuses a privileged container and a
-    host mount, and the workload's own container is out of reach."""
+    host mount, the workload's own container is out of reach, and the workload has a
+    network namespace of its own (not rootlesskit's: no tap0, none of the engine's
+    abstract unix sockets)."""
     script = r"""
 import http.client, json, os, socket
 def call(method, path, body=None):
@@ -109,6 +111,7 @@ mine = json.loads(call("GET", "/containers/json")[1])
 print("LIST", len(mine))
 print("SELF", *call("POST", "/containers/" + mine[0]["Id"] + "/update", {"Memory": 0}))
 print("ENV", *[os.environ.get(k, "-") for k in %s])
+print("NETNS", "tap0" in open("/proc/net/dev").read(), sum("@" in l for l in open("/proc/net/unix")))
 """ % (list(TC_KEYS),)
     proj = project("python-example")
     (proj / "probe.py").write_text(script)
@@ -118,10 +121,12 @@ print("ENV", *[os.environ.get(k, "-") for k in %s])
     res, result = kooi_run("tc-probe", proj, tc_wfdir)
     assert res.returncode == 0, res.stdout + res.stderr
     out = {line.split(" ", 1)[0]: line for line in res.stdout.splitlines() if line.split(" ", 1)[0] in
-           ("PRIV", "HOST", "LIST", "SELF", "ENV")}
+           ("PRIV", "HOST", "LIST", "SELF", "ENV", "NETNS")}
     assert out["PRIV"].startswith("PRIV 403") and "privileged containers are refused" in out["PRIV"], out
     assert out["HOST"].startswith("HOST 403") and "outside the workspace" in out["HOST"], out
     assert out["LIST"] == "LIST 1", out  # only its own container, nobody else's
     assert out["SELF"].startswith("SELF 403") and "workload's own container" in out["SELF"], out
     assert "unix:///run/kooi/docker.sock" in out["ENV"] and "true" in out["ENV"], out
+    assert re.search(r" \d+\.\d+\.\d+\.1 ", out["ENV"]), out  # published ports at the run network's gateway
+    assert out["NETNS"] == "NETNS False 0", out
     assert result["broker"]["refused"] == 3, result["broker"]

@@ -111,7 +111,8 @@ ROOTLESS: dict[str, str] = {
     "2.12": "rootless: no authorization plugin; each kooi run's workload reaches the engine only through "
             "its own kooi broker (request policy), never the runner's socket",
     "2.15": "rootless: live-restore does not apply to a rootless daemon",
-    "2.16": "rootless: rootlesskit's port driver replaces the userland proxy",
+    "2.16": "rootless: off as for rootful; published ports stay in the engine's own network namespace "
+            "(rootlesskit does not expose them on the host)",
     "3.1": "rootless: kooi's unit (root-owned) replaces docker.service; the rootful units are disabled",
     "3.2": "rootless: kooi's unit (root-owned) replaces docker.service",
     "3.15": "rootless: the runner's socket in its 0700 runtime directory (no docker group)",

@@ -138,13 +138,13 @@ def daemon_json(host: Host, ctx: Context) -> dict[str, Any]:
     return cfg
 
 
-@check("HOST-DAEMON-SETTINGS", "daemon settings: no-new-privileges, icc off, log rotation (+ remap: live-restore, no userland proxy)",
+@check("HOST-DAEMON-SETTINGS", "daemon settings: no-new-privileges, icc off, no userland proxy, log rotation (+ remap: live-restore)",
        "containers gaining privileges through setuid files, talking to each other, filling the disk")
 def daemon_settings(host: Host, ctx: Context) -> Outcome:
     cfg = daemon_json(host, ctx)
-    want = {"no-new-privileges": True, "icc": False}
+    want = {"no-new-privileges": True, "icc": False, "userland-proxy": False}
     if ctx.mode == "userns_remap":
-        want.update({"live-restore": True, "userland-proxy": False})
+        want["live-restore"] = True
     wrong = {k: cfg.get(k) for k, v in want.items() if cfg.get(k) != v}
     logopts = cfg.get("log-opts") or {}
     if cfg.get("log-driver", "json-file") in ("json-file", "local") and "max-size" not in logopts:

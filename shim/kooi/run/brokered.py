@@ -76,30 +76,24 @@ class BrokeredEngine:
                         limits=dict(limits or {}))
         self.broker = broker.Broker(str(path), self.cfg.socket, policy, scope, log=self.log.note)
         self.broker.start(mode=0o666)
-        host = gateway
         host_config = body["HostConfig"]
-        if self.cfg.mode == "rootless":
-            # The rootless engine publishes ports on 127.0.0.1 of its own network
-            # namespace (rootlesskit's child, not the host's): the workload joins that
-            # namespace, where the published ports of what it starts are reachable.
-            host_config["NetworkMode"] = "host"
-            host = "127.0.0.1"
-        else:
-            host_config["NetworkMode"] = name
+        # A network namespace of the workload's own on every engine: the run's network.
+        # Published ports stay inside the engine's namespace (userland-proxy off, also
+        # on rootless: roles/engine_common), where hairpin NAT answers them at this
+        # network's gateway.
+        host_config["NetworkMode"] = name
         host_config["Mounts"].append(bind(ENGINE_SOCKET, str(path)))
-        set_env(body, {**testcontainers_env(host), **env_of(body), "DOCKER_HOST": f"unix://{ENGINE_SOCKET}"})
+        set_env(body, {**testcontainers_env(gateway), **env_of(body), "DOCKER_HOST": f"unix://{ENGINE_SOCKET}"})
         self.log.note(f"testcontainers: broker at {ENGINE_SOCKET}, network {name} "
-                      f"(published ports at {host})")
+                      f"(published ports at {gateway})")
 
     def protect(self, container_id: str) -> None:
         """The workload's own container stays out of the broker's reach (no update of
         its limits, no exec, no commit)."""
         if self.broker:
             self.broker.scope.protected.add(container_id)
-            if self.cfg.mode != "rootless":
-                # Its own network namespace: join every network the run creates (the
-                # rootless workload shares rootlesskit's, where all bridges live).
-                self.broker.scope.attach = container_id
+            # Its own network namespace: join every network the run creates.
+            self.broker.scope.attach = container_id
 
     def close(self, res: Result) -> None:
         from .. import broker
