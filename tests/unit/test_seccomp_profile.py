@@ -27,6 +27,18 @@ def test_the_vendored_default_is_docker_20_10s_and_allows_io_uring():
     assert {"read", "write", "clone", "execve"} <= allowed(profile)
 
 
+def test_the_vendored_26_1_default_refuses_io_uring_and_allows_tracing_until_kooi_removes_it():
+    """Debian 13's docker.io 26.1: io_uring is refused already; ptrace and
+    process_vm_readv/writev are allowed (conditionally) until kooi's filter removes them."""
+    profile = json.loads((ROLE / "files/seccomp/docker-26.1-default.json").read_text())
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO"
+    assert not set(IO_URING) & allowed(profile)
+    tracing = {"ptrace", "process_vm_readv", "process_vm_writev"}
+    assert tracing <= allowed(profile) and {"read", "clone3", "execve"} <= allowed(profile)
+    out = flt.kooi_seccomp_refuse(profile, sorted(tracing))
+    assert allowed(out) == allowed(profile) - tracing
+
+
 def test_refusing_io_uring_removes_exactly_those_names():
     profile = json.loads((ROLE / "files/seccomp/docker-20.10-default.json").read_text())
     out = flt.kooi_seccomp_refuse(profile, IO_URING)

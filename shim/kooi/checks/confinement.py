@@ -183,8 +183,8 @@ def esc_engine_syscalls(host: Host, ctx: Context) -> Outcome:
     if res.rc != 0 or not raw:
         return FAIL, f"the probe container failed rc={res.rc}: {(res.stderr or res.stdout).strip()[-300:]}"
     profile = daemon_json(host, ctx).get("seccomp-profile") or ""
-    # kooi's engine profile (docker.io 20.10) also refuses ptrace to every container;
-    # the built-in default of later versions allows it (no kooi profile for them yet).
+    # kooi's engine profile (docker.io 20.10 and 26.1) also refuses ptrace to every
+    # container; the built-in default of other versions allows it.
     names = SYSCALLS + (("ptrace",) if profile else ())
     status, evidence = judge_syscalls(raw, names, "with the engine's default profile")
     if not profile:
