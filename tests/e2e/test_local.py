@@ -83,6 +83,29 @@ def test_bad_variables_stop_the_play_before_any_change(provisioned, extra, names
     assert _fingerprint() == before
 
 
+def test_switch_to_userns_remap_next_to_a_foreign_rootful_daemon_is_refused(provisioned):
+    """This machine kind has no systemd and a rootful dockerd that kooi did not start
+    (the test hosts' engine): kooi could not restart it with userns-remap, so the switch
+    is refused before anything changes (issue 16: it used to half-switch the host and
+    end in a traceback). The engine.json, daemon.json and running engine stay as they were."""
+    assert not Path("/run/systemd/system").exists(), "this test needs a host without systemd"
+    probe = subprocess.run(["docker", "-H", "unix:///var/run/docker.sock", "version", "-f", "{{.Server.Version}}"],
+                           capture_output=True, text=True, check=False)
+    assert probe.returncode == 0, "needs a rootful dockerd on /var/run/docker.sock (scripts/test.sh starts one): " \
+        + probe.stderr
+    daemon_json = Path("/etc/docker/daemon.json")
+    before = _fingerprint(), daemon_json.read_bytes() if daemon_json.exists() else None
+    res = playbook("-e", json.dumps({"kooi_engine_mode": "userns_remap"}), check=False)
+    assert res.returncode != 0
+    assert "a rootful dockerd that kooi did not start" in res.stdout and "Nothing was changed" in res.stdout, \
+        res.stdout[-3000:]
+    assert "Traceback" not in res.stdout + res.stderr
+    assert recap(res.stdout)["changed"] == 0
+    assert (_fingerprint(), daemon_json.read_bytes() if daemon_json.exists() else None) == before
+    st = subprocess.run([KOOI, "engine", "status"], capture_output=True, text=True, check=False)
+    assert st.returncode == 0 and "engine (rootless" in st.stdout, st.stdout + st.stderr
+
+
 def test_runner_that_already_has_sudo_is_refused(provisioned, admin_user):
     before = _fingerprint()
     res = playbook("-e", json.dumps({"kooi_runner_user": admin_user}), check=False)
