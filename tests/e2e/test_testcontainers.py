@@ -1,5 +1,6 @@
 """`testcontainers: true` workflows on the runner's rootless engine: real Testcontainers
-(Java with PostgreSQL, Python with a Network of two containers) through the per-run
+(Java with PostgreSQL, Python with a Network of two containers, Node.js with PostgreSQL
+at its published port) through the per-run
 kooi broker; a failing assertion fails the run; nothing the run started is left."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def postgres_image(engine):
 
 @pytest.fixture
 def tc_wfdir(wfdir):
-    for name in ("maven-testcontainers", "testcontainers-python"):
+    for name in ("maven-testcontainers", "testcontainers-python", "testcontainers-node"):
         shutil.copy(REPO / f"examples/workflows/{name}.yml", wfdir / f"{name}.yml")
     return wfdir
 
@@ -90,6 +91,26 @@ def test_python_testcontainers_network_of_two(host, tc_wfdir, project, postgres_
     res, result = kooi_run("tc-python-wrong", proj, tc_wfdir, timeout=900)
     assert res.returncode == 1 and result["reason"] == "failed", res.stdout[-3000:]
     assert run_objects(host, result["run_id"]) == []
+
+
+def test_node_testcontainers_reach_a_published_port_at_the_run_networks_gateway(host, tc_wfdir, project,
+                                                                               postgres_image):
+    """Node.js Testcontainers (getHost + getMappedPort): the workload, in a network
+    namespace of its own, reaches PostgreSQL's published port at its run network's
+    gateway (userland proxy off: the engine answers by NAT inside its namespace)."""
+    proj = project("testcontainers-node")
+    subprocess.run([str(proj / "vendor.sh"), str(proj)], check=True, capture_output=True, timeout=600)
+    subprocess.run(["chown", "-R", f"{host['runner_user']}:{host['runner_user']}", str(proj)], check=True)
+    res, result = kooi_run("testcontainers-node", proj, tc_wfdir, timeout=600)
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr
+    m = re.search(r"KOOI-TC-NODE host=(\S+) port=(\d+) total=42", res.stdout)
+    assert m and m.group(1) != "127.0.0.1" and m.group(1).endswith(".1"), res.stdout[-3000:]
+    assert "# pass 1" in res.stdout and result["cleanup"]["failed"] == []
+    assert run_objects(host, result["run_id"]) == []
+    variant(tc_wfdir, "testcontainers-node", "tc-node-wrong", environment={"KOOI_EXPECTED_SUM": "41"})
+    res, result = kooi_run("tc-node-wrong", proj, tc_wfdir, timeout=600)
+    assert res.returncode == 1 and result["reason"] == "failed", res.stdout[-3000:]
+    assert "# fail 1" in res.stdout and run_objects(host, result["run_id"]) == []
 
 
 def test_a_workload_cannot_escape_through_its_engine_socket(host, tc_wfdir, project, postgres_image):
