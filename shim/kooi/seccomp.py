@@ -166,6 +166,26 @@ def limits_reached(events: tuple[tuple[str, str, str], ...] = LIMIT_EVENTS) -> l
     return hits
 
 
+def _end_the_rest() -> None:
+    """As pid 1: kill every other process of the container and reap them all, so that
+    nothing writes after the limit report. One kill(-1) is not enough against a fork
+    bomb: a child forked while the kill walks the process list survives it."""
+    import signal
+    import time
+
+    for _ in range(200):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass  # ESRCH: nothing left to signal
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] != 0:
+                pass
+        except ChildProcessError:
+            return  # every orphan is this init's child: none left
+        time.sleep(0.01)
+
+
 def _report_limits() -> None:
     hits = limits_reached()
     if hits:
@@ -193,7 +213,7 @@ def init(deadline: float, argv: list[str], nice: int = 0, debugger: bool = False
     def expired(_sig: int, _f: object) -> None:
         os.write(2, f"kooi: the run's deadline of {deadline:.0f} s passed; every process is killed\n".encode())
         try:
-            os.kill(-1, signal.SIGKILL)  # every process of the container but this one
+            _end_the_rest()  # every process of the container but this one
         finally:
             _report_limits()
             os._exit(124)
@@ -209,10 +229,7 @@ def init(deadline: float, argv: list[str], nice: int = 0, debugger: bool = False
             code = os.waitstatus_to_exitcode(status)
             # The workload has ended: what it left goes now (the namespace would take it
             # when this init exits anyway), so that the report is the last word.
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except OSError:
-                pass
+            _end_the_rest()
             _report_limits()
             os._exit(code if code >= 0 else 128 - code)
 

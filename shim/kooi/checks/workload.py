@@ -19,7 +19,12 @@ PROCSYS_PROBE = (
 def _run(host: Host, ctx: Context, args: str, cmd: str) -> Any:
     line = (f"docker run --rm --pull=never --network none --user 0 {args} "
             f"{shlex.quote(ctx.probe_image)} sh -c {shlex.quote(cmd)}")
-    return host.run(ctx.as_runner(line))
+    res = host.run(ctx.as_runner(line))
+    if res.rc == 0 and not res.stdout.strip():
+        # Every probe prints; an attached `docker run` of a container that ends at once
+        # can lose its output (seen once on a loaded CI machine): ask once more.
+        res = host.run(ctx.as_runner(line))
+    return res
 
 
 def _probe_ready(host: Host, ctx: Context) -> str | None:
