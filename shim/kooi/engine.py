@@ -24,9 +24,10 @@ import requests.exceptions
 
 from .drift import drift
 from .engineapi import EngineError as EngineError  # re-exported: the engine commands raise it
+from .hoststate import paths
 from .hoststate.engine import EngineConfig
 
-STATE_DIR = Path(os.environ.get("KOOI_STATE_DIR", "/run/kooi"))
+STATE_DIR = Path(os.environ.get("KOOI_STATE_DIR", paths.ENGINE_STATE_DIR))
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
 

@@ -36,6 +36,8 @@ SHADOWS = f"{RUNS}/shadows"  # throwaway copies of git's hooks, config and info 
 SELFTEST_PROJECT = f"{RUNS}/selftest-project"
 RUNCHECK_PROJECT = f"{RUNS}/runcheck-project"
 LOG_DIR = "/var/log/kooi"
+# Where `kooi engine start` records the pid of an engine it started (no systemd).
+ENGINE_STATE_DIR = "/run/kooi"
 # The default of kooi_bin.
 BIN = "/usr/local/bin/kooi"
 
@@ -48,5 +50,5 @@ ALL: dict[str, str] = {
     "authz_plugin": AUTHZ_PLUGIN, "authz_socket": AUTHZ_SOCKET, "runs": RUNS,
     "brokers": BROKERS, "egress_settings": EGRESS_SETTINGS, "shadows": SHADOWS,
     "selftest_project": SELFTEST_PROJECT, "runcheck_project": RUNCHECK_PROJECT,
-    "log_dir": LOG_DIR,
+    "log_dir": LOG_DIR, "engine_state_dir": ENGINE_STATE_DIR,
 }
