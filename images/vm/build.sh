@@ -7,13 +7,15 @@
 #
 # usage: build.sh SUITE OUTDIR
 #   OUTDIR/SUITE.raw, SUITE.vmlinuz, SUITE.initrd, and the ssh key OUTDIR/id_ed25519
-#   (user ansible, passwordless sudo). Kept when present unless KOOI_REBUILD=1.
+#   (user ansible, passwordless sudo). Kept when present and built by this very script
+#   (OUTDIR/SUITE.id holds the script's sha256), unless KOOI_REBUILD=1.
 # Extra CAs: the host's /usr/local/share/ca-certificates (TLS interception) are trusted.
 set -euo pipefail
 suite=${1:?suite (bookworm, trixie)}; out=${2:?output directory}
 mirror=${KOOI_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 mkdir -p "$out"
-if [ "${KOOI_REBUILD:-0}" != 1 ] && [ -s "$out/$suite.raw" ] && [ -s "$out/$suite.vmlinuz" ] \
+stamp=$(sha256sum "$0" | cut -d' ' -f1)
+if [ "${KOOI_REBUILD:-0}" != 1 ] && [ "$(cat "$out/$suite.id" 2>/dev/null)" = "$stamp" ] && [ -s "$out/$suite.raw" ] && [ -s "$out/$suite.vmlinuz" ] \
    && [ -s "$out/$suite.initrd" ] && [ -s "$out/id_ed25519" ]; then
   echo "vm image $out/$suite.raw present"; exit 0
 fi
@@ -28,9 +30,13 @@ trap cleanup EXIT
 root="$work/rootfs"
 # What the AppArmor scenario needs, installed here rather than in the slow guest:
 # the kernel, systemd, ssh, python3 for Ansible, AppArmor, rootful Docker (it applies
-# AppArmor profiles to containers), bubblewrap (the jail).
+# AppArmor profiles to containers), bubblewrap (the jail), and what the rootless engine
+# and the shim need (their roles converge with --skip-tags packages: the guest's cgroup
+# v2 proves the controllers kooi delegates to the runner's user manager, to the
+# rootless engine's containers and to a jail's systemd user scope).
 pkgs=linux-image-amd64,initramfs-tools,systemd-sysv,udev,dbus,libpam-systemd,openssh-server,python3,python3-apt,sudo
 pkgs=$pkgs,apparmor,apparmor-utils,ca-certificates,iproute2,kmod,docker.io,bubblewrap,busybox-static,procps
+pkgs=$pkgs,rootlesskit,slirp4netns,uidmap,dbus-user-session,python3-docker,python3-yaml,python3-testinfra,acl
 debootstrap --include="$pkgs" "$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
   tail -n 30 "$work/debootstrap.log" >&2; echo "build.sh: debootstrap $suite failed" >&2; exit 1; }
 
@@ -71,5 +77,6 @@ mkfs.ext4 -q -F -L kooi-root -d "$root" "$out/$suite.raw.tmp" 4G
 mv "$out/$suite.vmlinuz.tmp" "$out/$suite.vmlinuz"
 mv "$out/$suite.initrd.tmp" "$out/$suite.initrd"
 mv "$out/$suite.raw.tmp" "$out/$suite.raw"
+echo "$stamp" >"$out/$suite.id"
 chmod 0644 "$out/$suite.raw" "$out/$suite.vmlinuz" "$out/$suite.initrd"
 echo "vm image $out/$suite.raw ready"

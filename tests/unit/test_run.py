@@ -167,6 +167,50 @@ def test_jail_binds_only_usr_etc_and_the_project(monkeypatch):
     assert not any("/run" in a for a in argv)
 
 
+def test_a_jail_with_a_user_scope_is_bounded_by_its_cgroup_and_without_one_by_rlimits():
+    values = {"memory": "1g", "pids": 300, "cpus": 8, "files": 4096}
+    plan = run_limits.for_jail(values, {"memory": "workflow"}, hard={}, scope=frozenset({"memory", "pids", "cpu"}),
+                               ncpu=2)
+    assert plan.scope == {"MemoryMax": str(1 << 30), "MemorySwapMax": "0", "TasksMax": "300", "CPUQuota": "200%",
+                          "CPUWeight": "50"}
+    assert plan.rlimits == {"nofile": 4096, "core": 0} and plan.nice is None and plan.max_ram == 1 << 30
+    assert all(plan.record[k]["by"].startswith("cgroup") for k in ("memory", "pids", "cpus"))
+    assert plan.values["cpus"] == 2 and plan.info  # bounded at the host's CPUs, said in the log
+    # Only pids delegated: the rest falls back, and a limit the workflow named is a warning.
+    part = run_limits.for_jail(values, {"memory": "workflow"}, hard={}, scope=frozenset({"pids"}))
+    assert part.scope == {"TasksMax": "300"} and part.rlimits["data"] == 1 << 30 and "nproc" not in part.rlimits
+    assert part.nice == run_limits.NICE and any("memory 1g bounds each process" in n for n in part.notes)
+    bare = run_limits.for_jail(values, {}, hard={})
+    assert bare.scope == {} and bare.rlimits["nproc"] == 300 and not bare.record["memory"]["enforced"]
+
+
+def test_a_scoped_jail_binds_its_cgroup_read_only_and_the_wrapper_substitutes_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(jail.shutil, "which", lambda _: "/usr/bin/bwrap")
+    argv = jail.bwrap_argv(wf(), Path("/home/kooi-runner/p"), cgroup=True)
+    i = argv.index(jail.jailscope.CGROUP_MARK)
+    assert argv[i - 1:i + 2] == ["--ro-bind", jail.jailscope.CGROUP_MARK, "/sys/fs/cgroup"]
+    assert jail.jailscope.CGROUP_MARK not in jail.bwrap_argv(wf(), Path("/home/kooi-runner/p"))
+    pre = jail.jailscope.argv("kooi-jail-x", {"TasksMax": "9"}, tmp_path / "r", (7,))
+    assert pre[:7] == ["systemd-run", "--user", "--scope", "--quiet", "--collect", "--unit=kooi-jail-x",
+                       "--property=TasksMax=9"]
+    assert pre[-3:] == [str(tmp_path / "r"), str(os.getpid()), "7"]
+    # The wrapper itself, outside any scope: it runs the command with the fd, substitutes
+    # its cgroup, copies the counters out and passes the exit code on.
+    rfd, wfd = os.pipe()
+    os.write(wfd, b"seccomp")
+    os.close(wfd)
+    r = subprocess.run([sys.executable, "-I", "-c", jail.jailscope.WRAPPER, str(tmp_path / "r"), str(os.getpid()),
+                        str(rfd), "sh", "-c", f'echo "$0"; cat /dev/fd/{rfd}; exit 3', jail.jailscope.CGROUP_MARK],
+                       capture_output=True, text=True, pass_fds=(rfd,), timeout=30)
+    os.close(rfd)
+    cg = (tmp_path / "r.cgroup").read_text()
+    assert r.returncode == 3 and r.stdout.splitlines() == [cg, "seccomp"], r
+    assert cg.startswith("/sys/fs/cgroup") and jail.jailscope.started(tmp_path / "r")
+    assert (tmp_path / "r.pids.events").exists() and (tmp_path / "r.memory.events").exists()
+    jail.jailscope.cleanup(tmp_path / "r")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_subid_start_reads_the_users_range(tmp_path):
     sub = tmp_path / "subuid"
     sub.write_text("other:100000:65536\nkooi-runner:300000:65536\n")

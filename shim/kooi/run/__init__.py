@@ -5,7 +5,9 @@
     backend.py   the Backend interface and the one supervise loop (signals, deadline)
     container.py the container backend (the runner's engine); brokered.py its policed
                  engine for testcontainers workloads
-    jail.py      the jail backend (bubblewrap on the host)
+    jail.py      the jail backend (bubblewrap on the host); jailscope.py its systemd
+                 user scope where the runner's user manager has cgroup controllers
+    limits.py    every run's limits and how each backend bounds them
     identity.py  who may run, what the runner can read, the drop to the runner
     project.py   project checks, workspace ACLs, the run lock
     filters.py   kooi's seccomp filter as each backend installs it

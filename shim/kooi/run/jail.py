@@ -19,7 +19,7 @@ from typing import IO
 
 from .. import apparmor, egress
 from ..workflow import Workflow
-from . import filters
+from . import filters, jailscope
 from . import limits as run_limits
 from .context import RunContext
 from .errors import EXIT_UNAVAILABLE, RunError
@@ -30,13 +30,16 @@ JAIL_PROXY_DIR = "/run/kooi"
 
 def bwrap_argv(wf: Workflow, project: Path, proxy: tuple[Path, int] | None = None,
                seccomp_fd: int | None = None, shadows: list[tuple[str, Path]] | None = None,
-               plan: run_limits.Plan | None = None) -> list[str]:
+               plan: run_limits.Plan | None = None, cgroup: bool = False) -> list[str]:
     """PROXY: (the bridge's directory, the proxy port) for network: proxy: the jail gets
     the bridge socket and a forwarder on its own loopback, never a network.
     SECCOMP_FD: a readable fd holding kooi's seccomp program (kooi/seccomp.py), which
     bwrap installs right before it executes the workload. SHADOWS: (path in the
     project, a throwaway copy) bound over the project's (run.guard). PLAN: the run's
-    limits (run.limits.for_jail), set by prlimit inside the jail, and a lower priority."""
+    limits (run.limits.for_jail), set by prlimit inside the jail, and a lower priority.
+    CGROUP: the jail runs in a systemd scope of its own (run.jailscope), whose cgroup
+    the wrapper binds read-only at /sys/fs/cgroup (bwrap gives the jail a cgroup
+    namespace rooted there), as in a container."""
     if not shutil.which("bwrap"):
         raise RunError("unavailable", EXIT_UNAVAILABLE, "bwrap is missing (package bubblewrap); re-run site.yml")
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -49,6 +52,8 @@ def bwrap_argv(wf: Workflow, project: Path, proxy: tuple[Path, int] | None = Non
             argv += ["--ro-bind", str(p), f"/{top}"]
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home",
              "--bind", str(project), WORKSPACE]
+    if cgroup:
+        argv += ["--ro-bind", jailscope.CGROUP_MARK, "/sys/fs/cgroup"]
     for rel, copy in shadows or []:
         argv += ["--bind", str(copy), f"{WORKSPACE}/{rel}"]
     argv += ["--chdir", str(Path(WORKSPACE) / wf.workdir),
@@ -92,11 +97,12 @@ class JailBackend:
         self.argv: list[str] = []
         self.ctx: RunContext | None = None
         self.plan: run_limits.Plan | None = None
+        self.scope: Path | None = None  # the scope's report files (run.jailscope), where a jail has one
 
     def prepare(self, ctx: RunContext) -> None:
         self.ctx = ctx
         wf, res, log = ctx.wf, ctx.res, ctx.log
-        self.plan = plan = run_limits.for_jail(ctx.limits, ctx.limit_origin)
+        self.plan = plan = run_limits.for_jail(ctx.limits, ctx.limit_origin, scope=jailscope.controllers())
         res.limits.update(plan.record)
         log.note(plan.summary())
         for info in plan.info:
@@ -125,7 +131,14 @@ class JailBackend:
             os.write(wfd, filt)
         finally:
             os.close(wfd)
-        self.argv = [*prefix, *bwrap_argv(wf, ctx.project, proxy, rfd, ctx.shadows(), plan)]
+        jail = [*prefix, *bwrap_argv(wf, ctx.project, proxy, rfd, ctx.shadows(), plan, cgroup=bool(plan.scope))]
+        if plan.scope:
+            self.scope = ctx.run_dir / "jails" / f"{ctx.run_id}.scope"
+            self.scope.parent.mkdir(parents=True, exist_ok=True)
+            unit = "kooi-jail-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in ctx.run_id)
+            log.note(f"limits: the jail runs in the systemd user scope {unit}.scope")
+            jail = [*jailscope.argv(unit, plan.scope, self.scope, tuple(self.fds)), *jail]
+        self.argv = jail
 
     def start(self) -> None:
         assert self.ctx is not None
@@ -155,6 +168,12 @@ class JailBackend:
             return None
         self.pump.join(timeout=10)
         first = self.first
+        if self.scope is not None:
+            if not jailscope.started(self.scope):
+                raise RunError("unavailable", EXIT_UNAVAILABLE,
+                               "systemd-run could not start the jail's scope under the runner's user manager: "
+                               + (first[0].strip() if first else f"exit {rc}"))
+            self._limits_reached(jailscope.reached(self.scope))
         if rc == 1 and first and first[0].startswith("bwrap: execvp"):
             return 127  # the workflow's command does not exist in the jail
         if rc == 1 and first and first[0].startswith("bwrap: "):
@@ -169,6 +188,8 @@ class JailBackend:
         # bwrap dies; --die-with-parent and the pid namespace take every jailed process.
         if self.proc is None:
             return
+        if self.scope is not None:
+            self._limits_reached(jailscope.reached_now(self.scope))
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -177,7 +198,17 @@ class JailBackend:
         if self.pump is not None:
             self.pump.join(timeout=5)
 
+    def _limits_reached(self, hits: list[str]) -> None:
+        assert self.ctx is not None
+        res = self.ctx.res
+        if hits and res.limit is None:
+            res.limit = hits[0]
+            res.warn(self.ctx.log, f"the workload reached its {' and '.join(hits)} limit" + ("s" if len(hits) > 1 else "")
+                     + " (run.limits: " + ", ".join(f"{h} {res.limits.get(h, {}).get('requested')}" for h in hits) + ")")
+
     def cleanup(self) -> None:
+        if self.scope is not None:
+            jailscope.cleanup(self.scope)
         for fd in self.fds:
             os.close(fd)
         self.fds.clear()

@@ -13,12 +13,16 @@ bounds what can be bounded without cgroups, and the result says which is which:
     files   RLIMIT_NOFILE per process (always)
     core    RLIMIT_CORE 0: no core dumps (always)
 
+A jail's cgroup is a systemd user scope where the runner's user manager has delegated
+controllers (run.jailscope); elsewhere it gets the rlimits and nice of the right column.
+
 The same values bound what a testcontainers workload starts through its broker
 (forced where absent, refused above the run's: broker.RunScope.limits).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +31,7 @@ from ..hoststate.limits import size
 
 NICE = 10  # where no cgroup bounds CPU time: the workload yields to everything else
 CPU_SHARES = 512  # where one does: half the default weight (CIS Docker 5.11)
+CPU_WEIGHT = 50  # the same for a jail's systemd scope (cgroup v2 weight; the default is 100)
 
 
 @dataclass
@@ -37,6 +42,7 @@ class Plan:
     record: dict[str, dict[str, Any]] = field(default_factory=dict)
     host_config: dict[str, Any] = field(default_factory=dict)  # cgroup fields (containers)
     rlimits: dict[str, int] = field(default_factory=dict)      # docker/prlimit names -> value
+    scope: dict[str, str] = field(default_factory=dict)        # a jail's systemd scope properties
     nice: int | None = None
     max_ram: int | None = None  # -XX:MaxRAM for JVMs where memory is not a cgroup limit
     origin: dict[str, str] = field(default_factory=dict)
@@ -134,25 +140,50 @@ def own_hard_rlimits() -> dict[str, int]:
     return out
 
 
-def for_jail(values: dict[str, Any], origin: dict[str, str], hard: dict[str, int] | None = None) -> Plan:
-    """A jail has no cgroup of its own: rlimits set inside it (prlimit after bwrap has
-    made its user namespace, so RLIMIT_NPROC counts the jail's processes only) and a
-    lower priority."""
+def for_jail(values: dict[str, Any], origin: dict[str, str], hard: dict[str, int] | None = None,
+             scope: frozenset[str] = frozenset(), ncpu: int | None = None) -> Plan:
+    """SCOPE: the controllers a systemd user scope of the runner's can bound
+    (run.jailscope.controllers); they bound the jail as a whole (Plan.scope, systemd
+    properties). What they do not cover gets rlimits set inside the jail (prlimit after
+    bwrap has made its user namespace, so RLIMIT_NPROC counts the jail's processes only)
+    and a lower priority. JVMs are always sized by -XX:MaxRAM: a JVM in a jail cannot
+    tell a scope's memory limit from the host's memory."""
     plan = Plan(dict(values), origin=dict(origin))
     hard = own_hard_rlimits() if hard is None else hard
     mem = size(values["memory"])
-    plan.rlimits.update(data=mem, nproc=_within(plan, "pids", "nproc", hard, "kooi run's"),
-                        nofile=_within(plan, "files", "nofile", hard, "kooi run's"), core=0)
+    why = "a jail has no cgroup of its own here: that needs a user manager with delegated controllers (cgroup v2)"
     plan.max_ram = mem
-    plan.nice = NICE
-    why = "a jail has no cgroup of its own"
-    _rec(plan, "memory", origin, False, f"per process only: RLIMIT_DATA, JVMs sized by -XX:MaxRAM; {why}")
-    _rec(plan, "pids", origin, True, "RLIMIT_NPROC in the jail's user namespace (its processes and threads)")
-    _rec(plan, "cpus", origin, False, f"not bounded: the workload runs at nice {NICE}; {why}")
+    if "memory" in scope:
+        plan.scope.update(MemoryMax=str(mem), MemorySwapMax="0")
+        _rec(plan, "memory", origin, True, "cgroup memory controller (a systemd user scope: the jail's total, "
+                                           "no swap), JVMs sized by -XX:MaxRAM")
+    else:
+        plan.rlimits["data"] = mem
+        _rec(plan, "memory", origin, False, f"per process only: RLIMIT_DATA, JVMs sized by -XX:MaxRAM; {why}")
+        plan.note("memory", f"memory {values['memory']} bounds each process, not the run's total; {why}")
+    if "pids" in scope:
+        plan.scope["TasksMax"] = str(int(values["pids"]))
+        _rec(plan, "pids", origin, True, "cgroup pids controller (a systemd user scope: the jail's processes "
+                                         "and threads)")
+    else:
+        plan.rlimits["nproc"] = _within(plan, "pids", "nproc", hard, "kooi run's")
+        _rec(plan, "pids", origin, True, "RLIMIT_NPROC in the jail's user namespace (its processes and threads)")
+    if "cpu" in scope:
+        cpus = float(values["cpus"])
+        ncpu = ncpu or os.cpu_count() or 1
+        if cpus > ncpu:
+            plan.note("cpus", f"cpus {values['cpus']} is more than the host's {ncpu} CPUs; bounded at {ncpu}")
+            cpus = float(ncpu)
+            plan.values["cpus"] = ncpu
+        plan.scope.update(CPUQuota=f"{round(cpus * 100)}%", CPUWeight=str(CPU_WEIGHT))
+        _rec(plan, "cpus", origin, True, f"cgroup CPU quota, CPU weight {CPU_WEIGHT} (a systemd user scope)")
+    else:
+        plan.nice = NICE
+        _rec(plan, "cpus", origin, False, f"not bounded: the workload runs at nice {NICE}; {why}")
+        plan.note("cpus", f"cpus {values['cpus']} is not bounded, the workload runs at nice {NICE}; {why}")
+    plan.rlimits.update(nofile=_within(plan, "files", "nofile", hard, "kooi run's"), core=0)
     _rec(plan, "files", origin, True, "RLIMIT_NOFILE per process")
     plan.record["core"] = {"requested": 0, "from": "kooi", "enforced": True, "by": "RLIMIT_CORE: no core dumps"}
-    plan.note("memory", f"memory {values['memory']} bounds each process, not the run's total; {why}")
-    plan.note("cpus", f"cpus {values['cpus']} is not bounded, the workload runs at nice {NICE}; {why}")
     return plan
 
 
