@@ -8,7 +8,8 @@
 # them 94% busy), so the lanes do not make the work cheaper; they keep both cores busy
 # while one stage waits (test hosts booting, engines starting, timeouts, downloads) and
 # let the longest chains start early:
-#   lane 1 (streamed): yamllint, ansible-lint, role-docs, ruff, mypy, unit, images, local-e2e
+#   lane 1 (streamed): yamllint, ansible-lint, role-docs, ruff, mypy, unit, images, local-e2e,
+#                      then (logged) molecule-nosystemd
 #   lane 2 (logged):   images-vm, molecule-apparmor (a QEMU guest under TCG)
 #   lane 3 (logged):   (after lane 1's images) molecule-rootless
 #   lane 4 (logged):   (after lane 1's images) molecule-userns_remap
@@ -141,8 +142,10 @@ else
 fi
 stages=(yamllint ansible-lint role-docs ruff mypy unit images local-e2e)
 if [ "$quick" = 0 ]; then
+  # Lane 1 ends first: the host without systemd (mode switches by direct management).
+  if ok images; then STREAM=0 molecule_stage nosystemd; else skipped molecule-nosystemd "images failed"; fi
   if [ ${#lanes[@]} -gt 0 ]; then wait "${lanes[@]}" || true; else lane3; lane4; lane2; fi
-  stages+=(molecule-rootless images-vm molecule-apparmor molecule-userns_remap)
+  stages+=(molecule-nosystemd molecule-rootless images-vm molecule-apparmor molecule-userns_remap)
 fi
 
 echo; echo "=== summary (wall $((SECONDS - start)) s)"

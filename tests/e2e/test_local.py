@@ -133,7 +133,7 @@ def _workflow_dir() -> dict[str, str]:
      ["kooi_workflows", "bad: unknown key 'colour'", "key 'command': 'make' is not of type 'array'"]),
     ({"kooi_workflows": {"Bad Name": {"command": ["x"]}}}, ["kooi_workflows"]),
     ({"kooi_schedules": [{"name": "n", "workflow": "python-example", "project": "/srv/p",
-                          "on_calendar": "daily"}]}, ["kooi_schedules", "service manager"]),
+                          "on_calendar": "daily"}]}, ["kooi_schedules", "systemd does not run on this host"]),
     ({"kooi_schedules": [{"name": "n", "workflow": "python-example", "project": "/srv/p",
                           "cron": "0 3 * *"}]}, ["kooi_schedules"]),
     ({"kooi_schedules": [{"name": "n", "workflow": "no-such-flow", "project": "/srv/p",
