@@ -97,13 +97,14 @@ def docker(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def raw_create(body: bytes, content_length: int | None = None) -> tuple[int, str]:
-    """POST /containers/create straight to the daemon socket, with full control of the body."""
+def raw_create(body: bytes, content_length: int | None = None,
+               path: str = "/v1.41/containers/create") -> tuple[int, str]:
+    """POST PATH straight to the daemon socket, with full control of the body."""
     s = socket.socket(socket.AF_UNIX)
     s.connect(str(DOCKER_SOCK))
     conn = http.client.HTTPConnection("localhost")
     conn.sock = s
-    conn.putrequest("POST", "/v1.41/containers/create")
+    conn.putrequest("POST", path)
     conn.putheader("Content-Type", "application/json")
     conn.putheader("Content-Length", str(len(body) if content_length is None else content_length))
     conn.endheaders()
@@ -214,6 +215,25 @@ def test_a_field_name_spelt_with_a_unicode_fold_is_refused(daemon):
     body = '{"Image":"kooi-probe:latest","Cmd":["true"],"Ho\u017ftConfig":{"Privileged":true}}'.encode()
     status, text = raw_create(body)
     assert status == 403 and "privileged containers are refused" in text, (status, text[:500])
+
+
+def test_host_settings_past_the_create_policy_are_refused(daemon):
+    """Without HostConfig the engine reads host settings at the top level of a create's
+    body; below API 1.24 Docker 20.10 applies a HostConfig sent with a start (host root on
+    a userns-remap engine: Privileged with UsernsMode host). The plugin refuses both."""
+    top = {"Image": "kooi-probe:latest", "Cmd": ["true"], "Privileged": True, "UsernsMode": "host"}
+    status, text = raw_create(json.dumps(top).encode())
+    assert status == 403 and "Privileged at the top level" in text, (status, text[:500])
+    name = "kooi-authz-e2e-legacy"
+    assert docker("create", "--name", name, "--network", "none", "kooi-probe:latest", "true").returncode == 0
+    try:
+        status, text = raw_create(json.dumps({"Privileged": True, "UsernsMode": "host"}).encode(),
+                                  path=f"/v1.23/containers/{name}/start")
+        assert status == 403 and "API version 1.23 refused" in text, (status, text[:500])
+        seen = docker("inspect", "-f", "{{.State.Status}} {{.HostConfig.Privileged}}", name).stdout.split()
+        assert seen == ["created", "false"], seen
+    finally:
+        docker("rm", "-f", name)
 
 
 def test_a_create_with_content_length_zero_is_refused(daemon):

@@ -80,9 +80,10 @@ def broker(engine):
         shutil.rmtree(BASE, ignore_errors=True)
 
 
-def raw(method: str, path: str, body: bytes | None = None, content_length: int | None = None) -> tuple[int, str]:
+def raw(method: str, path: str, body: bytes | None = None, content_length: int | None = None,
+        sock: str | Path = SOCK) -> tuple[int, str]:
     s = socket.socket(socket.AF_UNIX)
-    s.connect(str(SOCK))
+    s.connect(str(sock))
     conn = http.client.HTTPConnection("localhost", timeout=60)
     conn.sock = s
     conn.putrequest(method, path)
@@ -196,6 +197,48 @@ def test_duplicate_keys_oversized_and_empty_bodies_are_refused(broker):
     assert status == 403 and "exceeds" in text, text
     status, text = raw("POST", "/v1.41/containers/create", b'{"Image":"x"}', content_length=0)
     assert status == 403 and "without a body" in text, text
+
+
+def test_host_settings_past_the_create_policy_are_refused(broker):
+    """Two ways past a create's HostConfig, each first shown on the engine itself (the
+    control): a create with host settings at the top level of its body (read there when
+    HostConfig is absent), and, where the engine still serves API < 1.24 (Docker 20.10,
+    Debian 12), a start whose body carries a HostConfig. The broker refuses both."""
+    cfg = broker["cfg"]
+    engine_sock = cfg["socket"]
+    top = {"Image": PROBE, "Cmd": ["true"], "Binds": ["/etc:/hostetc:ro"], "CapAdd": ["ALL"]}
+    status, text = raw("POST", "/v1.41/containers/create?name=kooi-broker-e2e-top", json.dumps(top).encode(),
+                       sock=engine_sock)
+    assert status == 201, text
+    try:
+        seen = engine_docker(cfg, "inspect", "-f", "{{json .HostConfig.Binds}} {{json .HostConfig.CapAdd}}",
+                             "kooi-broker-e2e-top").stdout.split()
+        assert seen == ['["/etc:/hostetc:ro"]', '["ALL"]'], seen  # the engine took them
+    finally:
+        engine_docker(cfg, "rm", "-f", "kooi-broker-e2e-top")
+    status, text = raw("POST", "/v1.41/containers/create", json.dumps(top).encode())
+    assert status == 403 and "Binds at the top level" in text, text
+
+    legacy = json.dumps({"Binds": ["/etc:/hostetc:ro"], "CapAdd": ["ALL"]}).encode()
+    min_api = engine_docker(cfg, "version", "-f", "{{.Server.MinAPIVersion}}").stdout.strip()
+    if tuple(int(p) for p in min_api.split(".")) < (1, 24):
+        ctl = engine_docker(cfg, "create", "--name", "kooi-broker-e2e-legacy", PROBE, "true")
+        assert ctl.returncode == 0, ctl.stderr
+        try:
+            status, text = raw("POST", "/v1.23/containers/kooi-broker-e2e-legacy/start", legacy, sock=engine_sock)
+            assert status == 204, text
+            seen = engine_docker(cfg, "inspect", "-f", "{{json .HostConfig.Binds}}", "kooi-broker-e2e-legacy")
+            assert seen.stdout.strip() == '["/etc:/hostetc:ro"]', seen  # the engine took them
+        finally:
+            engine_docker(cfg, "rm", "-f", "kooi-broker-e2e-legacy")
+    created = docker("create", PROBE, "true")
+    assert created.returncode == 0, created.stderr
+    ident = created.stdout.strip()
+    status, text = raw("POST", f"/v1.23/containers/{ident}/start", legacy)
+    assert status == 403 and "API version 1.23 refused" in text, text
+    seen = engine_docker(cfg, "inspect", "-f", "{{.State.Status}} {{json .HostConfig.Binds}}", ident)
+    assert seen.stdout.split()[0] == "created" and "/etc" not in seen.stdout, seen.stdout
+    assert docker("rm", "-f", ident).returncode == 0
 
 
 def test_networks_and_volumes_are_the_runs_own(broker):

@@ -67,6 +67,13 @@ ALLOWED = [
                                            "Ulimits": [{"Name": "nofile", "Soft": 1024, "Hard": 4096}]})),
     ("POST", "/containers/abc/update", json.dumps({"Memory": 1 << 30, "PidsLimit": 128}).encode()),
     ("POST", "/containers/abc/start", None),
+    ("POST", "/v1.24/containers/abc/start", None),
+    ("POST", "/v1.24.0/containers/abc/start", None),
+    ("POST", "/v1.41/containers/abc/start", None),
+    # Config fields, and host fields at their zero value (what the engine reads as unset).
+    ("POST", "/v1.41/containers/create", create({}, Hostname="h", User="1000", Env=["A=1"], Volumes={"/v": {}},
+                                                 Labels={"a": "b"}, Privileged=False, Memory=0, Binds=None,
+                                                 CapAdd=[], NetworkMode="")),
     ("POST", "/containers/abc/exec", json.dumps({"Cmd": ["psql"], "User": "postgres"}).encode()),
     ("POST", "/volumes/create", json.dumps({"Name": "v"}).encode()),
     ("POST", "/networks/create", json.dumps({"Name": "n"}).encode()),
@@ -169,6 +176,24 @@ REFUSED = [
     ("/v1.41/containers/create/", create({"Privileged": True}), "privileged"),
     ("/v1.41/containers%2Fcreate", create({"Privileged": True}), "percent-encoded"),
     ("/v1.41/containers/x/../create", create({"Privileged": True}), "dot segments"),
+    # Below API 1.24 Docker 20.10 applies a HostConfig sent with a container start.
+    ("/v1.23/containers/abc/start", json.dumps({"Privileged": True}).encode(), "API version 1.23"),
+    ("/v1.23.9/containers/abc/start", None, "API version"),
+    ("/v01.023/containers/abc/start", None, "API version"),
+    ("/v1/containers/abc/start", None, "API version"),
+    ("/v1./containers/abc/start", None, "API version"),
+    ("/v.24/containers/abc/start", None, "API version"),
+    ("/v99999999999999999999.30/containers/abc/start", None, "API version"),  # Atoi fails: 0
+    ("//v1.12//containers/create", create(), "API version"),
+    # Without a HostConfig the engine reads host settings at the top level of the body,
+    # and it merges Memory, MemorySwap, CpuShares and Cpuset(Cpus) into one given.
+    ("/containers/create", create(Privileged=True, UsernsMode="host"), "at the top level"),
+    ("/containers/create", create(Binds=["/etc:/hostetc:ro"]), "Binds at the top level"),
+    ("/containers/create", create(capadd=["ALL"]), "capadd at the top level"),
+    ("/containers/create", create({}, Memory=1 << 40), "Memory at the top level"),
+    ("/containers/create", create({"Memory": 0}, Cpuset="0-1"), "Cpuset at the top level"),
+    ("/containers/create", create(None, HostConfig=None, **{"\u017fecurityOpt": ["seccomp=unconfined"]}),
+     "at the top level"),  # HostConfig null is absent; U+017F is Go's second spelling of s
 ]
 
 
