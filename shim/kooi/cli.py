@@ -307,6 +307,7 @@ def _authz(args: argparse.Namespace) -> int:
     try:
         policy = Policy(workspace=roots[0] if roots else None, extra_workspaces=tuple(roots[1:]),
                         socket_dir=args.socket_dir, apparmor_profiles=_apparmor_profiles(), limits=ceilings,
+                        runtimes=tuple(dict.fromkeys(("runc", "io.containerd.runc.v2", *args.runtime))),
                         limits_are="this host's maximum (kooi_workflow_max_limits)")
         authz.serve(Path(args.socket), policy, token=token, group=args.socket_group)
     except KeyboardInterrupt:
@@ -603,6 +604,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sockets directly in this directory may be mounted (kooi run's brokers)")
     a.add_argument("--socket-group", default=None,
                    help="group that may connect (the engine socket's group: health checks as the runner)")
+    a.add_argument("--runtime", action="append", default=[], metavar="NAME",
+                   help="a further OCI runtime containers may name, besides runc (repeatable; roles/gvisor: runsc)")
     a.add_argument("--token-file", default=None,
                    help="root-only file with the operator token: requests carrying it (header "
                    "X-Kooi-Token; site.yml's image builds) are allowed")

@@ -105,6 +105,10 @@ class Policy:
     socket_dir: str | None = None  # sockets directly in here may be mounted (kooi run's brokers)
     extra_workspaces: tuple[str, ...] = ()  # further roots for bind sources (the plugin's)
     apparmor_profiles: tuple[str, ...] = ()  # SecurityOpt apparmor=NAME allowed for these (kooi's own)
+    # OCI runtimes a container may name, exactly (the engine does not fold them, and from
+    # Docker 23 it also accepts any io.containerd.<x>.<vN> shim: an allowlist, never a
+    # denylist); "" (the daemon's default) is always allowed. roles/gvisor adds runsc.
+    runtimes: tuple[str, ...] = ("runc", "io.containerd.runc.v2")
     # The most a container may ask for: HostConfig fields (Memory, MemorySwap, PidsLimit,
     # NanoCpus) and rlimits ("ulimit:nproc", ...); a broker's are its run's limits.
     limits: dict[str, int] = dataclasses.field(default_factory=dict, compare=False)
@@ -335,8 +339,10 @@ def _check_host_config(hc: dict[str, Any], policy: Policy) -> Decision:
     if field(hc, "VolumesFrom"):
         return deny("VolumesFrom is refused")
     runtime = field(hc, "Runtime")
-    if runtime and str(runtime) not in ("runc", "io.containerd.runc.v2"):
-        return deny(f"runtime {runtime!r} refused")
+    if runtime is not None and not isinstance(runtime, str):
+        return deny("Runtime must be a string")
+    if runtime and runtime not in policy.runtimes:
+        return deny(f"runtime {runtime!r} refused (allowed: {', '.join(policy.runtimes)})")
     binds = field(hc, "Binds") or []
     if not isinstance(binds, list):
         return deny("Binds must be a list")

@@ -73,6 +73,8 @@ def unmanaged_range():
     ({"kooi_runner_subid_count": 1000}, "kooi_runner_subid_count"),
     ({"kooi_storage_driver": "fuse-overlayfs"}, "kooi_fuse_enabled"),
     ({"kooi_runner_user": "root"}, "kooi_runner_user"),
+    ({"kooi_gvisor_enabled": True}, "kooi_gvisor_enabled=true needs kooi_engine_mode=userns_remap"),
+    ({"kooi_gvisor_platform": "kvm"}, "kooi_gvisor_platform"),
 ])
 def test_bad_variables_stop_the_play_before_any_change(provisioned, extra, names):
     before = _fingerprint()

@@ -36,7 +36,23 @@ def test_engine_description_with_intent_and_authz():
     assert engine.parse(json.dumps({k: v for k, v in ENGINE.items() if k not in ("egress", "authz")})).egress is True
 
 
+GVISOR = {"runtime": "runsc", "path": "/usr/local/lib/kooi/runsc", "runsc": "/usr/bin/runsc",
+          "args": ["--platform=systrap", "--oci-seccomp", "--host-uds=open"], "version": "20240729",
+          "platform": "systrap", "network": "sandbox", "netns_workaround": True}
+
+
+def test_engine_description_with_gvisor():
+    assert engine.parse(json.dumps(ENGINE)).gvisor is None
+    cfg = engine.parse(json.dumps({**ENGINE, "gvisor": GVISOR}))
+    assert cfg.gvisor is not None and cfg.gvisor.args == ("--platform=systrap", "--oci-seccomp", "--host-uds=open")
+    assert engine.parse(json.dumps({**ENGINE, "gvisor": {}})).gvisor is None  # the role's "off"
+
+
 @pytest.mark.parametrize("change, says", [
+    ({"gvisor": {**GVISOR, "platform": "kvm"}}, "gvisor platform 'kvm'"),
+    ({"gvisor": {**GVISOR, "args": "--oci-seccomp"}}, "gvisor: args must be a list of strings"),
+    ({"gvisor": {"runtime": "runsc"}}, "gvisor: missing keys"),
+    ({"gvisor": ["runsc"]}, "gvisor must be an object"),
     ({"egress": "yes"}, "egress must be true or false"),
     ({"launcher": "dockerd"}, "launcher must be a list of strings"),
     ({"authz": {"plugin": "x"}}, "authz: missing keys socket, token_file"),

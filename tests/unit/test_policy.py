@@ -131,6 +131,10 @@ REFUSED = [
     ("/containers/create", create({"Sysctls": {"kernel.core_pattern": "|/x"}}), "Sysctls"),
     ("/containers/create", create({"VolumesFrom": ["other"]}), "VolumesFrom"),
     ("/containers/create", create({"Runtime": "runsc-unconfined"}), "runtime"),
+    ("/containers/create", create({"Runtime": "runsc"}), "runtime 'runsc' refused"),  # not on this host
+    ("/containers/create", create({"Runtime": "io.containerd.kata.v2"}), "runtime"),
+    ("/containers/create", create({"Runtime": "RUNC"}), "runtime"),  # runtime names are not folded
+    ("/containers/create", create({"Runtime": ["runc"]}), "Runtime must be a string"),
     ("/containers/create", b"", "without a body"),
     ("/containers/create", None, "without a body"),
     ("/containers/create", b"[1]", "not a JSON object"),
@@ -434,3 +438,12 @@ def test_the_run_paths_engine_client_spells_references_the_plugin_admits() -> No
                 "kooi-run-0123abcd"):
         path, err = policy.normalize(f"/v1.41/images/{_segment(ref)}/json")
         assert err is None, (ref, path, err)
+
+
+def test_a_host_with_gvisor_allows_runsc_and_nothing_else_new():
+    gvisor = Policy(workspace=WS, resolve=resolve, is_socket=POLICY.is_socket,
+                    runtimes=("runc", "io.containerd.runc.v2", "runsc"))
+    for name in ("runsc", "runc", "io.containerd.runc.v2", ""):
+        assert decide("POST", "/containers/create", create({"Runtime": name}), gvisor).allow, name
+    for name in ("runsc-debug", "io.containerd.runsc.v1", "Runsc", "/usr/bin/runsc"):
+        assert not decide("POST", "/containers/create", create({"Runtime": name}), gvisor).allow, name

@@ -67,6 +67,7 @@ MAP: dict[str, list[str]] = {
     "HOST-ENGINE-DRIFT": ["2.9"],
     "HOST-STORAGE-DRIVER": [],
     "HOST-FUSE": [],
+    "HOST-GVISOR": [],
     "HOST-APPARMOR-PROFILES": ["5.1"],
     "HOST-APPARMOR-ENFORCE": ["5.1"],
     "ESC-USERNS-MAP": ["2.9"],

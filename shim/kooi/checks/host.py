@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..hoststate import paths, subids
-from .core import FAIL, PASS, Context, Host, Outcome, check
+from .core import FAIL, NA, PASS, Context, Host, Outcome, check
 
 SUDO_GROUPS = ("sudo", "admin", "wheel", "root")
 MIN_SUBIDS = 65536
@@ -301,3 +301,36 @@ def fuse_device(host: Host, ctx: Context) -> Outcome:
     if not (host.exists("fuse-overlayfs") or host.file("/usr/bin/fuse-overlayfs").exists):
         return FAIL, "opted in, but fuse-overlayfs is not installed"
     return PASS, f"opted in: {ctx.runner} can open /dev/fuse; fuse-overlayfs installed; engine storage {driver}"
+
+
+@check("HOST-GVISOR", "gVisor's runsc is a runtime of the engine as described (kooi_gvisor_enabled): root-owned, "
+       "registered with kooi's arguments, the version and platform recorded",
+       "a runtime binary or wrapper others can replace runs as root for every gVisor container; a runtime "
+       "registered without --oci-seccomp ignores the engine's seccomp profile")
+def gvisor_runtime(host: Host, ctx: Context) -> Outcome:
+    g = ctx.engine.gvisor
+    if g is None:
+        return NA, "gVisor is not a runtime of this engine (kooi_gvisor_enabled is false)"
+    for path in dict.fromkeys((g.runsc, g.path)):
+        f = host.file(path)
+        if not f.exists:
+            return FAIL, f"{path} is missing: re-run site.yml (role gvisor)"
+        if f.user != "root" or f.mode & 0o022:
+            return FAIL, f"{path} is {f.user}-owned, mode {oct(f.mode)}: only root may change it"
+    registered = (_engine_info(host, ctx).get("Runtimes") or {}).get(g.runtime)
+    if not registered:
+        return FAIL, f"the engine has no runtime {g.runtime!r}: re-run site.yml, restart the engine"
+    args = tuple(registered.get("runtimeArgs") or ())
+    if registered.get("path") != g.path or args != g.args:
+        return FAIL, (f"runtime {g.runtime!r} is {registered.get('path')} {' '.join(args)}, described as "
+                      f"{g.path} {' '.join(g.args)}: re-run site.yml, restart the engine")
+    if "--oci-seccomp" not in args:
+        return FAIL, f"runtime {g.runtime!r} runs without --oci-seccomp: the engine's seccomp profile is ignored"
+    res = host.run(f"{shlex.quote(g.runsc)} --version && echo -- && {shlex.quote(g.runsc)} help platforms")
+    head, _, platforms = res.stdout.partition("\n--\n")
+    if res.rc != 0 or g.version not in head:
+        return FAIL, f"{g.runsc} --version says {head.strip()[:80]!r}, described as {g.version}: re-run site.yml"
+    if g.platform not in platforms.split():
+        return FAIL, f"{g.runsc} has no platform {g.platform} (it has {platforms.split()})"
+    return PASS, (f"{g.runtime}: {g.path} {' '.join(args)}; runsc {g.version}, platform {g.platform}, "
+                  f"network {g.network}{', netns workaround' if g.netns_workaround else ''}")

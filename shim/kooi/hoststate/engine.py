@@ -31,6 +31,20 @@ class Authz:
 
 
 @dataclass(frozen=True)
+class Gvisor:
+    """roles/gvisor: runsc registered as a runtime of the rootful (userns-remap) daemon."""
+
+    runtime: str          # the name containers ask for (HostConfig.Runtime)
+    path: str             # what the daemon runs: runsc, or kooi's wrapper around it
+    runsc: str            # the runsc binary
+    args: tuple[str, ...]  # the daemon's runtimeArgs for it
+    version: str          # runsc's release date, YYYYMMDD
+    platform: str         # systrap or ptrace (never kvm here)
+    network: str          # sandbox (gVisor's netstack) or host (the container's netns, host stack)
+    netns_workaround: bool = False  # the wrapper hides /proc/sys/net (google/gvisor#10704)
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     mode: str
     runner_user: str
@@ -53,6 +67,8 @@ class EngineConfig:
     kooi_bin: str = paths.BIN
     # None when the daemon is not guarded by the authorization plugin.
     authz: Authz | None = None
+    # None when gVisor is not a runtime of this engine (kooi_gvisor_enabled).
+    gvisor: Gvisor | None = None
 
     @property
     def runtime_dir(self) -> str:
@@ -62,6 +78,7 @@ class EngineConfig:
 def parse(text: str, source: str = str(PATH)) -> EngineConfig:
     raw = _json.obj(text, source, "host description")
     authz = raw.pop("authz", None)
+    gvisor = raw.pop("gvisor", None)
     cfg = _json.build(EngineConfig, raw, source)
     if cfg.mode not in MODES:
         raise HostStateError(f"{source}: mode {cfg.mode!r} is not one of {', '.join(MODES)}; re-run site.yml")
@@ -69,6 +86,14 @@ def parse(text: str, source: str = str(PATH)) -> EngineConfig:
         if not isinstance(authz, dict):
             raise HostStateError(f"{source}: authz must be an object; re-run site.yml")
         cfg = dataclasses.replace(cfg, authz=_json.build(Authz, authz, f"{source}: authz"))
+    if gvisor:
+        if not isinstance(gvisor, dict):
+            raise HostStateError(f"{source}: gvisor must be an object; re-run site.yml")
+        g = _json.build(Gvisor, gvisor, f"{source}: gvisor")
+        if g.platform not in ("systrap", "ptrace") or g.network not in ("sandbox", "host"):
+            raise HostStateError(f"{source}: gvisor platform {g.platform!r} / network {g.network!r} unknown; "
+                                 "re-run site.yml")
+        cfg = dataclasses.replace(cfg, gvisor=g)
     return cfg
 
 
