@@ -22,10 +22,14 @@ call it. Every refusal names its reason. What it refuses:
   a HostConfig sent in the body of such a container *start*, after a create the policy
   passed (measured: Binds of /etc and CapAdd ALL took effect); from 1.24 the engine
   refuses a start body itself;
-- host settings at the top level of a create body: when `HostConfig` is absent the
-  engine reads them there (its legacy ContainerConfigWrapper; measured on 20.10:
-  top-level Privileged, Binds and CapAdd took effect), and merges top-level Memory,
-  MemorySwap, CpuShares, Cpuset(Cpus) into a HostConfig given.
+- host settings at the top level of a create body: when `HostConfig` is absent (or
+  null) the engine reads them there (its legacy ContainerConfigWrapper; measured on
+  20.10: top-level Privileged, Binds and CapAdd took effect), so the top level is then
+  checked as the HostConfig; with a HostConfig it still merges top-level Memory,
+  MemorySwap, CpuShares, Cpuset(Cpus) and VolumeDriver, so no host field may be set
+  at the top level next to one;
+- request targets that are not a path (absolute-form `http://host/...`: dockerd hands a
+  plugin the raw target and routes on its path).
 Docker decodes JSON field names case-insensitively; a duplicate field replaces scalars
 and lists but *merges* objects (`{"HostConfig": {"Privileged": true}, "HostConfig": {}}`
 creates a privileged container), so bodies with duplicate keys, compared
@@ -56,7 +60,8 @@ VERSION_RE = re.compile(r"^/v([0-9.]+)(?=/)")
 MIN_API_VERSION = (1, 24)
 # The fields of the engine's HostConfig (with its Resources): what a create body may set
 # only inside HostConfig. Docker reads them at the top level when HostConfig is absent
-# and merges some of them (Memory, MemorySwap, CpuShares, CpusetCpus; "Cpuset") into one.
+# and merges some of them (Memory, MemorySwap, CpuShares, CpusetCpus, VolumeDriver;
+# "Cpuset") into one.
 HOST_CONFIG_FIELDS = (
     "Binds", "ContainerIDFile", "LogConfig", "NetworkMode", "PortBindings", "RestartPolicy", "AutoRemove",
     "VolumeDriver", "VolumesFrom", "ConsoleSize", "Annotations", "CapAdd", "CapDrop", "CgroupnsMode", "Dns",
@@ -129,6 +134,11 @@ class Policy:
 def normalize(uri: str) -> tuple[str, str | None]:
     """(path without API version and query, error)."""
     path = uri.split("?", 1)[0]
+    if not path.startswith("/"):
+        # dockerd hands a plugin the raw request target and routes on its path: an
+        # absolute-form target (`POST http://d/v1.41/containers/create`) would match no
+        # rule here while the engine serves it.
+        return path, "request targets other than a path (absolute-form URLs) are refused"
     if "%" in path:
         return path, "percent-encoded request paths are refused"
     path = re.sub(r"/{2,}", "/", path)
@@ -145,9 +155,9 @@ def normalize(uri: str) -> tuple[str, str | None]:
 
 
 def api_version(text: str) -> tuple[int, ...]:
-    """A version as the engine compares it: per dot-separated part, a number; a part that
-    is empty or does not fit Go's int is 0 (strconv.Atoi's error ignored)."""
-    parts = [int(p) if p.isdigit() and int(p) < 1 << 63 else 0 for p in text.split(".")]
+    """A version as the engine compares it: per dot-separated part, a number; an empty
+    part is 0 and one beyond Go's int is its maximum (strconv.Atoi, error ignored)."""
+    parts = [min(int(p), (1 << 63) - 1) if p.isdigit() else 0 for p in text.split(".")]
     while len(parts) > 1 and parts[-1] == 0:
         parts.pop()  # 1.24.0 == 1.24
     return tuple(parts)
@@ -358,19 +368,24 @@ def _check_host_config(hc: dict[str, Any], policy: Policy) -> Decision:
     return ALLOW if d is None else d  # (a refusal is falsy: no `or` here)
 
 
-def _zero(v: Any) -> bool:
-    """Go's zero value (what the engine reads as "not set")."""
-    return v is None or v is False or (not isinstance(v, bool) and v in (0, "", [], {}))
+def _unset(v: Any) -> bool:
+    """What the engine reads as "not set" in every host field: JSON null, false, 0, "".
+    An empty list is not: `MaskedPaths: []` unmasks /proc (nil keeps the defaults)."""
+    return v is None or v is False or (not isinstance(v, bool) and v in (0, ""))
 
 
 def _container_create(doc: dict[str, Any], policy: Policy) -> Decision:
-    for key, value in doc.items():
-        if fold(key) in _HOST_CONFIG_FOLDED and not _zero(value):
-            return deny(f"container create: {key} at the top level of the body refused (the engine reads host "
-                        "settings there, past HostConfig; send them in HostConfig)")
     hc = field(doc, "HostConfig")
     if hc is None:
-        return ALLOW
+        # No HostConfig (absent or null): the engine takes the top level of the body as
+        # the HostConfig (its legacy config wrapper), so the top level is checked as one.
+        return _check_host_config(doc, policy)
+    # With a HostConfig the engine still merges top-level Memory, MemorySwap,
+    # CpuShares, Cpuset(Cpus) and VolumeDriver into it: no host field may be set there.
+    for key, value in doc.items():
+        if fold(key) in _HOST_CONFIG_FOLDED and not _unset(value):
+            return deny(f"container create: {key} at the top level of the body refused (the engine reads host "
+                        "settings there, past HostConfig; send them in HostConfig)")
     if not isinstance(hc, dict):
         return deny("container create: HostConfig must be an object")
     return _check_host_config(hc, policy)

@@ -223,7 +223,17 @@ def test_host_settings_past_the_create_policy_are_refused(daemon):
     a userns-remap engine: Privileged with UsernsMode host). The plugin refuses both."""
     top = {"Image": "kooi-probe:latest", "Cmd": ["true"], "Privileged": True, "UsernsMode": "host"}
     status, text = raw_create(json.dumps(top).encode())
-    assert status == 403 and "Privileged at the top level" in text, (status, text[:500])
+    assert status == 403 and "privileged containers are refused" in text, (status, text[:500])
+    # MaskedPaths [] (systempaths=unconfined) at the top level, and next to a HostConfig.
+    status, text = raw_create(json.dumps({"Image": "kooi-probe:latest", "MaskedPaths": []}).encode())
+    assert status == 403 and "MaskedPaths refused" in text, (status, text[:500])
+    status, text = raw_create(json.dumps({"Image": "kooi-probe:latest", "HostConfig": {},
+                                          "Memory": 1 << 40}).encode())
+    assert status == 403 and "Memory at the top level" in text, (status, text[:500])
+    # An absolute-form request target: dockerd routes on its path, the plugin sees it raw.
+    status, text = raw_create(json.dumps({"Image": "kooi-probe:latest", "HostConfig": {"Privileged": True}}).encode(),
+                              path="http://d/v1.41/containers/create")
+    assert status == 403 and "absolute-form" in text, (status, text[:500])
     name = "kooi-authz-e2e-legacy"
     assert docker("create", "--name", name, "--network", "none", "kooi-probe:latest", "true").returncode == 0
     try:

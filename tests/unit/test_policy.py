@@ -73,7 +73,9 @@ ALLOWED = [
     # Config fields, and host fields at their zero value (what the engine reads as unset).
     ("POST", "/v1.41/containers/create", create({}, Hostname="h", User="1000", Env=["A=1"], Volumes={"/v": {}},
                                                  Labels={"a": "b"}, Privileged=False, Memory=0, Binds=None,
-                                                 CapAdd=[], NetworkMode="")),
+                                                 NetworkMode="")),
+    # No HostConfig: the top level is the HostConfig, and what it asks for is allowed.
+    ("POST", "/v1.41/containers/create", create(None, Binds=[f"{WS}/data:/data"], Memory=1 << 30)),
     ("POST", "/containers/abc/exec", json.dumps({"Cmd": ["psql"], "User": "postgres"}).encode()),
     ("POST", "/volumes/create", json.dumps({"Name": "v"}).encode()),
     ("POST", "/networks/create", json.dumps({"Name": "n"}).encode()),
@@ -187,17 +189,23 @@ REFUSED = [
     ("/v1/containers/abc/start", None, "API version"),
     ("/v1./containers/abc/start", None, "API version"),
     ("/v.24/containers/abc/start", None, "API version"),
-    ("/v99999999999999999999.30/containers/abc/start", None, "API version"),  # Atoi fails: 0
+    ("/v0.99999999999999999999/containers/abc/start", None, "API version"),  # Atoi: max int, still 0.x
     ("//v1.12//containers/create", create(), "API version"),
-    # Without a HostConfig the engine reads host settings at the top level of the body,
-    # and it merges Memory, MemorySwap, CpuShares and Cpuset(Cpus) into one given.
-    ("/containers/create", create(Privileged=True, UsernsMode="host"), "at the top level"),
-    ("/containers/create", create(Binds=["/etc:/hostetc:ro"]), "Binds at the top level"),
-    ("/containers/create", create(capadd=["ALL"]), "capadd at the top level"),
+    # Without a HostConfig the engine takes the top level of the body as one; with one it
+    # merges Memory, MemorySwap, CpuShares, Cpuset(Cpus) and VolumeDriver into it.
+    ("/containers/create", create(Privileged=True, UsernsMode="host"), "privileged"),
+    ("/containers/create", create(Binds=["/etc:/hostetc:ro"]), "outside the workspace"),
+    ("/containers/create", create(capadd=["ALL"]), "capabilities"),
+    ("/containers/create", create(MaskedPaths=[], ReadonlyPaths=[]), "MaskedPaths refused"),  # unmasks /proc
+    ("/containers/create", create(None, HostConfig=None, **{"\u017fecurityOpt": ["seccomp=unconfined"]}),
+     "SecurityOpt"),  # HostConfig null is absent; U+017F is Go's second spelling of s
     ("/containers/create", create({}, Memory=1 << 40), "Memory at the top level"),
     ("/containers/create", create({"Memory": 0}, Cpuset="0-1"), "Cpuset at the top level"),
-    ("/containers/create", create(None, HostConfig=None, **{"\u017fecurityOpt": ["seccomp=unconfined"]}),
-     "at the top level"),  # HostConfig null is absent; U+017F is Go's second spelling of s
+    ("/containers/create", create({}, MaskedPaths=[]), "MaskedPaths at the top level"),
+    ("/containers/create", create({}, Privileged=True), "Privileged at the top level"),
+    # An absolute-form request target: dockerd routes on its path, a plugin gets it raw.
+    ("http://d/v1.41/containers/create", create({"Privileged": True}), "absolute-form"),
+    ("http://d/v1.23/containers/abc/start", None, "absolute-form"),
 ]
 
 
