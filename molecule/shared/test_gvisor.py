@@ -28,7 +28,7 @@ def ctx(host):
     # runsc's gofer opens a bind source itself, as the remap range's root (measured:
     # "cannot create sandbox" when the runner's 0750 home denies it the search that
     # runc, mounting as real root, never needs); the test grants that search for its
-    # duration (kooi run will have to, for gVisor runs: issue 17).
+    # duration (kooi run does the same for gVisor runs: run.project.grant_search).
     d = f"{c.engine.runner_home}/kooi-gvisor-test"
     remap_root = host.check_output(f"grep '^{c.engine.remap_user}:' /etc/subuid | cut -d: -f2")
     host.run(f"rm -rf {d} && mkdir -p {d} && chmod 0777 {d} && setfacl -m u:{remap_root}:x {c.engine.runner_home}")
@@ -89,3 +89,4 @@ def test_host_gvisor_fails_when_runsc_is_writable_by_others(host, ctx):
     finally:
         host.run(f"chmod g-w {g.runsc}")
     assert status() == "pass"
+

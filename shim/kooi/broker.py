@@ -82,6 +82,10 @@ class RunScope:
     # The run's limits (run.limits.Plan.ceilings): forced on every container the run
     # creates where it names none; the policy refuses values above them.
     limits: dict[str, int] = field(default_factory=dict)
+    # The OCI runtime every container the run creates runs under (isolation gvisor:
+    # runsc, so the nested database is as contained as the build); None: the engine's
+    # default. A request naming any other is refused, not rewritten.
+    runtime: str | None = None
 
 
 class Rules:
@@ -200,6 +204,12 @@ class Rules:
         if not isinstance(hc, dict):
             return None  # the policy refuses it
         self.force_limits(hc)
+        if self.scope.runtime:
+            asked = gojson.field(hc, "Runtime")
+            if asked not in (None, "", self.scope.runtime):
+                return deny(f"runtime {asked!r} refused: every container of this run runs under "
+                            f"{self.scope.runtime} (isolation gvisor)")
+            gojson.set_field(hc, "Runtime", self.scope.runtime)
         if self.scope.apparmor:
             opts = gojson.field(hc, "SecurityOpt") or []
             if not isinstance(opts, list):

@@ -403,6 +403,24 @@ def test_workflow_below_its_minimum_isolation_is_refused(host, wfdir, project):
     assert "requires isolation rootless" in res.stderr
 
 
+def test_a_gvisor_workflow_is_refused_where_no_engine_runs_runsc(host, wfdir, project):
+    """This host's engine is rootless: no runsc (google/gvisor#12575); a jail never is
+    gVisor. Refused with what provides the level, before anything starts."""
+    proj = project("python-example")
+    before = tree_digest(proj)
+    write_wf(wfdir, "hostile", {"mode": "container", "image": "runner", "command": ["true"],
+                                "min_isolation": "gvisor"})
+    write_wf(wfdir, "hostile-jail", {"mode": "jail", "command": ["true"], "min_isolation": "gvisor"})
+    res, result = kooi_run("hostile", proj, wfdir)
+    assert res.returncode == 126 and result["reason"] == "refused" and result["isolation"] == host["mode"]
+    assert "requires isolation gvisor" in res.stderr and "kooi_gvisor_enabled: true" in res.stderr, res.stderr
+    res, result = kooi_run("hostile-jail", proj, wfdir)
+    assert res.returncode == 126 and result["isolation"] == "jail"
+    assert "a jail shares the host's kernel and never provides gvisor" in res.stderr, res.stderr
+    assert tree_digest(proj) == before
+    assert leftovers(host) == []
+
+
 def test_only_root_or_the_runner_may_run(host, wfdir, project):
     res, result = kooi_run("python-example", project("python-example"), wfdir, user="nobody")
     assert res.returncode == 126 and "runs as the runner user" in res.stderr

@@ -214,7 +214,7 @@ def broker(**kw) -> tuple[Broker, Engine]:
     scope = RunScope("run-1", {labels.RUN: "run-1", labels.NESTED: "1"}, network="kooi-run-1",
                      path_map={"/workspace": "/srv/project"}, **kw)
     policy = Policy(workspace="/srv/project", apparmor_profiles=(scope.apparmor,) if scope.apparmor else (),
-                    limits=dict(scope.limits))
+                    limits=dict(scope.limits), runtimes=(scope.runtime,) if scope.runtime else Policy.runtimes)
     b = Broker("/tmp/kooi-test-never-served.sock", "/nonexistent", policy, scope)
     b.upstream = b.rules.up = Engine()
     return b, b.upstream
@@ -346,3 +346,26 @@ def test_a_nested_container_may_ask_for_less_never_for_more():
         assert not d.allow and why in d.reason, (hc, d.reason)
     d, _ = decide(b, "POST", "/containers/mine-1/update", {"Memory": 4 << 30})
     assert not d.allow and "container update: Memory" in d.reason
+
+
+def test_a_gvisor_run_puts_every_container_under_runsc_and_refuses_other_runtimes():
+    """isolation gvisor (run.brokered): a create that names no runtime gets runsc; one
+    that names another is refused, whatever its spelling or case (the engine does not
+    fold runtime names; Docker >= 23 also runs any io.containerd.<x>.<vN> shim)."""
+    b = broker(runtime="runsc")[0]
+    for hc in ({}, {"Runtime": ""}, {"Runtime": "runsc"}, {"runtime": "runsc"}):
+        d, req = decide(b, "POST", "/containers/create", {"Image": "postgres", "HostConfig": dict(hc)})
+        assert d.allow, (hc, d.reason)
+        got = json.loads(req.body)["HostConfig"]
+        assert [v for k, v in got.items() if k.lower() == "runtime"] == ["runsc"], got
+    d, req = decide(b, "POST", "/containers/create", {"Image": "postgres"})
+    assert d.allow and json.loads(req.body)["HostConfig"]["Runtime"] == "runsc"
+    for name in ("runc", "io.containerd.runc.v2", "io.containerd.kata.v2", "RUNSC", "/usr/bin/runc", "runsc-debug"):
+        d, _ = decide(b, "POST", "/containers/create", {"Image": "x", "HostConfig": {"Runtime": name}})
+        assert not d.allow and d.reason == f"runtime {name!r} refused: every container of this run runs under " \
+            "runsc (isolation gvisor)", (name, d.reason)
+    # Without gVisor the run's containers keep the engine's runc, and runsc is not theirs to ask for.
+    d, req = decide(broker()[0], "POST", "/containers/create", {"Image": "x"})
+    assert d.allow and "Runtime" not in json.loads(req.body)["HostConfig"]
+    d, _ = decide(broker()[0], "POST", "/containers/create", {"Image": "x", "HostConfig": {"Runtime": "runsc"}})
+    assert not d.allow and d.reason.startswith("runtime 'runsc' refused"), d.reason

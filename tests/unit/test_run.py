@@ -276,3 +276,52 @@ def test_a_project_whose_acl_mask_was_narrowed_is_granted_again(tmp_path):
     assert acl_users(d)[-1] == 5
     grant_workspace(d, 123456, os.getuid(), log)
     assert acl_users(d)[-1] == 7
+
+
+def test_gvisor_is_per_workflow_and_only_where_the_engine_runs_runsc():
+    from kooi.hoststate.engine import Gvisor
+    from kooi.run.execute import why_below
+
+    g = Gvisor(runtime="runsc", path="/usr/local/lib/kooi/runsc", runsc="/usr/bin/runsc", args=("--platform=systrap",),
+               version="20240729", platform="systrap", network="sandbox")
+    remap = EngineConfig(**{**CFG.__dict__, "mode": "userns_remap", "remap_user": "kooi-remap"})
+    with_gvisor = EngineConfig(**{**remap.__dict__, "gvisor": g})
+    assert run.isolation_of("container", with_gvisor, "gvisor") == "gvisor"
+    assert run.isolation_of("container", with_gvisor, None) == "userns_remap"  # others keep runc
+    assert run.isolation_of("container", with_gvisor, "rootless") == "userns_remap"
+    assert run.isolation_of("jail", with_gvisor, "gvisor") == "jail"
+    assert run.isolation_of("container", remap, "gvisor") == "userns_remap"
+    assert run.isolation_of("container", CFG, "gvisor") == "rootless"
+    assert why_below("w", "gvisor", "userns_remap", "container", remap).endswith(
+        "this host's engine has no gVisor runtime: set kooi_gvisor_enabled: true and re-run site.yml")
+    assert "a rootless engine cannot run gVisor's runsc" in why_below("w", "gvisor", "rootless", "container", CFG)
+    assert "never provides gvisor: use mode: container" in why_below("w", "gvisor", "jail", "jail", with_gvisor)
+    assert why_below("w", "rootless", "jail", "jail", CFG) == \
+        "workflow w requires isolation rootless or stronger; this run would get jail (jail mode on a rootless host)"
+
+
+def test_grant_search_gives_the_gofer_search_only_where_others_lack_it(tmp_path):
+    import shutil
+
+    if not shutil.which("setfacl"):
+        pytest.fail("setfacl is missing (package acl): the unit tests need it")
+    me = os.getuid()
+    top = tmp_path / "home"
+    (top / "proj" / "sub").mkdir(parents=True)
+    top.chmod(0o750)
+    (top / "proj").chmod(0o755)
+    log = run.errors.Log(None, None)
+    # A directory on the way that the runner does not own is refused, never changed.
+    with pytest.raises(run.RunError, match="keeps gVisor's gofer"):
+        project_mod.grant_search(top / "proj" / "sub", 4242, me + 1, log)
+    assert 4242 not in project_mod.acl_users(top)
+    try:
+        project_mod.grant_search(top / "proj" / "sub", 4242, me, log)
+        assert project_mod.acl_users(top).get(4242) == 1  # x, on the 0750 directory
+        assert 4242 not in project_mod.acl_users(top / "proj")  # others may search it already
+        project_mod.grant_search(top / "proj" / "sub", 4242, me, log)  # once is enough
+        assert project_mod.acl_users(top).get(4242) == 1
+    finally:  # pytest's own temporary directories above tmp_path got the entry too
+        for d in top.parents:
+            if 4242 in project_mod.acl_users(d):
+                subprocess.run(["setfacl", "-x", "u:4242", str(d)], check=True)

@@ -28,6 +28,14 @@ options:
     description: Path of the subgid file.
     type: path
     default: /etc/subgid
+  mapped_groups:
+    description:
+      - Groups whose gid lies inside a managed range on purpose, so not counted as
+        accounts' ids (kooi_gvisor_group, the workload's gid as the remapped engine maps
+        it). Names that do not exist are ignored.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -65,6 +73,7 @@ def main():
             users=dict(type="list", elements="dict", required=True),
             subuid_path=dict(type="path", default="/etc/subuid"),
             subgid_path=dict(type="path", default="/etc/subgid"),
+            mapped_groups=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -74,9 +83,10 @@ def main():
         if unknown:
             module.fail_json(msg=f"kooi_subids: unknown keys {sorted(unknown)} in users entry {u}")
         users.append({k: v for k, v in u.items() if v is not None})
+    mapped = set(module.params["mapped_groups"])
     files = {
         "subuid": (module.params["subuid_path"], {p.pw_uid for p in pwd.getpwall()}),
-        "subgid": (module.params["subgid_path"], {g.gr_gid for g in grp.getgrall()}),
+        "subgid": (module.params["subgid_path"], {g.gr_gid for g in grp.getgrall() if g.gr_name not in mapped}),
     }
     result = dict(changed=False, ranges={u["name"]: {} for u in users})
     diffs, writes = [], []

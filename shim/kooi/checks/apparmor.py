@@ -13,7 +13,7 @@ import shlex
 from ..apparmor import parse_profiles
 from ..hoststate import paths
 from ..hoststate.apparmor import AppArmorState
-from .confinement import _get
+from .confinement import _get, per_runtime
 from .core import FAIL, NA, PASS, Context, Host, Outcome, check
 
 STATE = paths.APPARMOR
@@ -98,6 +98,7 @@ def profiles_enforced(host: Host, ctx: Context) -> Outcome:
 
 @check("ID-APPARMOR", "the workload runs under kooi's runner profile where the engine applies AppArmor",
        "a container without the procfs/sysfs/mount denies (the engine's default, or none)")
+@per_runtime
 def workload_profile(host: Host, ctx: Context) -> Outcome:
     st = _state(host, ctx)
     if st is None or not st.enabled:
@@ -106,6 +107,8 @@ def workload_profile(host: Host, ctx: Context) -> Outcome:
         return NA, "the kernel has no AppArmor: workloads cannot be confined by it"
     if ctx.mode == "rootless":
         return NA, "rootless Docker cannot confine containers with AppArmor (kooi run reports it)"
+    if ctx.workload_runtime == "runsc":
+        return NA, "runsc ignores AppArmor profiles (gVisor's sentry confines the workload; kooi run reports it)"
     status, why, v = _get(host, ctx, "apparmor")
     if status:
         return status, why

@@ -88,6 +88,7 @@ MAP: dict[str, list[str]] = {
     "ESC-PTRACE": ["5.21"],
     "ESC-FRESH-MOUNTS": [],
     "ESC-DEVICES": ["5.17"],
+    "ID-GVISOR-KERNEL": [],
     "POL-AUTHZ-PLUGIN": ["2.12"],
     "POL-AUTHZ-REFUSES": ["2.12", "5.4", "5.5", "5.9", "5.15", "5.30"],
     "POL-EGRESS": [],

@@ -7,13 +7,14 @@ project owned by the runner.
 
 from __future__ import annotations
 
+import functools
 import shlex
 from typing import cast
 
 import yaml
 
 from ..hoststate import paths
-from .core import FAIL, NA, PASS, Context, Host, Outcome, check
+from .core import FAIL, NA, PASS, CheckFunc, Context, Host, Outcome, check
 from .host import daemon_json
 from .image import runner_pin
 
@@ -25,32 +26,74 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # What the self-test printed (None: it cannot run here, {}: it failed) and why not.
 Selftest = tuple[dict[str, str] | None, str]
 
+# The built-in self-test workflow per runtime: kooi-selftest-gvisor is kooi-selftest
+# with min_isolation: gvisor (roles/shim installs it where the engine has runsc).
+SELFTESTS = {"runc": "kooi-selftest", "runsc": "kooi-selftest-gvisor"}
+# What gVisor's kernel says it is (pkg/sentry/kernel/version: uname -v of every
+# release, 4.4.0 or *-gvisor as its release).
+GVISOR_UNAME_V = "#1 SMP Sun Jan 10 15:06:54 PST 2016"
+
+
+def runtimes(ctx: Context) -> tuple[str, ...]:
+    """The runtimes workloads run under on this host: runc, and runsc with gVisor."""
+    return ("runc", "runsc") if ctx.engine.gvisor is not None else ("runc",)
+
+
+def per_runtime(func: CheckFunc) -> CheckFunc:
+    """An ID-*/ESC-* check judged on the self-test of each runtime workloads run under:
+    it fails if it fails under either, and says what each showed."""
+    @functools.wraps(func)
+    def judged(host: Host, ctx: Context) -> Outcome:
+        names = runtimes(ctx)
+        if len(names) == 1:
+            return func(host, ctx)
+        got: list[tuple[str, Outcome]] = []
+        try:
+            for rt in names:
+                ctx.workload_runtime = rt
+                got.append((rt, func(host, ctx)))
+        finally:
+            ctx.workload_runtime = "runc"
+        states = [o[0] for _, o in got]
+        status = FAIL if FAIL in states else PASS if PASS in states else NA
+        return status, "; ".join(f"{rt}: {o[1]}" for rt, o in got)
+    return judged
+
 
 def _selftest(host: Host, ctx: Context) -> Selftest:
-    if "selftest" in ctx.cache:
-        return cast(Selftest, ctx.cache["selftest"])
-    if not host.file(SELFTEST).exists or "runner" not in (ctx.described(host, "images") or {}):
-        ctx.cache["selftest"] = (None, "no runner image or self-test workflow on this host")
-        return cast(Selftest, ctx.cache["selftest"])
+    rt = ctx.workload_runtime
+    key = f"selftest:{rt}"
+    if key in ctx.cache:
+        return cast(Selftest, ctx.cache[key])
+    name = SELFTESTS[rt]
+    if "runner" not in (ctx.described(host, "images") or {}):
+        ctx.cache[key] = (None, "no runner image on this host")
+        return cast(Selftest, ctx.cache[key])
+    if not host.file(f"{paths.WORKFLOWS}/{name}.yml").exists:
+        # The engine has runsc (engine.json), so its self-test must be there too.
+        ctx.cache[key] = ({} if rt == "runsc" else None, f"no self-test workflow {name} on this host"
+                          + ("; re-run site.yml (role shim installs it where the engine has gVisor)"
+                             if rt == "runsc" else ""))
+        return cast(Selftest, ctx.cache[key])
     proj = paths.SELFTEST_PROJECT
     prep = host.run(f"runuser -u {shlex.quote(ctx.runner)} -- mkdir -p {proj}")
     if prep.rc != 0:
-        ctx.cache["selftest"] = ({}, f"cannot create {proj}: {prep.stderr.strip()}")
-        return cast(Selftest, ctx.cache["selftest"])
+        ctx.cache[key] = ({}, f"cannot create {proj}: {prep.stderr.strip()}")
+        return cast(Selftest, ctx.cache[key])
     # The host's installed command, whatever PATH the caller has (a venv may shadow it).
     kooi = shlex.quote(ctx.engine.kooi_bin)
-    res = host.run(f"PATH={SYSTEM_PATH} {kooi} run kooi-selftest --project {proj} --json {RUN_DIR}/selftest.json")
+    res = host.run(f"PATH={SYSTEM_PATH} {kooi} run {name} --project {proj} --json {RUN_DIR}/{name[5:]}.json")
     seen: dict[str, str] = {}
     for line in res.stdout.splitlines():
         if line.startswith("KOOI-SELFTEST "):
-            key, _, value = line[len("KOOI-SELFTEST "):].partition("=")
-            seen[key] = value
+            k, _, value = line[len("KOOI-SELFTEST "):].partition("=")
+            seen[k] = value
     if res.rc != 0 or seen.get("end") != "1":
-        ctx.cache["selftest"] = ({}, f"kooi run kooi-selftest failed rc={res.rc}: "
-                                     f"{(res.stderr or res.stdout).strip()[-300:]}")
+        ctx.cache[key] = ({}, f"kooi run {name} failed rc={res.rc}: "
+                              f"{(res.stderr or res.stdout).strip()[-300:]}")
     else:
-        ctx.cache["selftest"] = (seen, "")
-    return cast(Selftest, ctx.cache["selftest"])
+        ctx.cache[key] = (seen, "")
+    return cast(Selftest, ctx.cache[key])
 
 
 def _get(host: Host, ctx: Context, *keys: str) -> tuple[str | None, str, dict[str, str]]:
@@ -64,6 +107,7 @@ def _get(host: Host, ctx: Context, *keys: str) -> tuple[str | None, str, dict[st
 
 
 @check("ID-NONROOT", "the workload does not run as uid 0", "a workload holding (namespaced) root")
+@per_runtime
 def nonroot(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "uid")
     if st:
@@ -73,6 +117,7 @@ def nonroot(host: Host, ctx: Context) -> Outcome:
 
 @check("ID-CAPS", "the workload holds no capability (CapEff, CapPrm, CapBnd all 0)",
        "a workload using capabilities against the kernel")
+@per_runtime
 def caps(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "CapEff", "CapPrm", "CapBnd")
     if st:
@@ -82,18 +127,24 @@ def caps(host: Host, ctx: Context) -> Outcome:
 
 
 @check("ID-NNP", "no_new_privs is set for the workload", "privilege gain through exec of a privileged file")
+@per_runtime
 def nnp(host: Host, ctx: Context) -> Outcome:
-    st, why, v = _get(host, ctx, "NoNewPrivs")
+    st, why, v = _get(host, ctx, "NoNewPrivs", "prctl_nnp")
     if st:
         return st, why
+    if v["NoNewPrivs"] == "?":  # gVisor's /proc/self/status has no such line
+        return (PASS if v["prctl_nnp"] == "1" else FAIL), f"PR_GET_NO_NEW_PRIVS {v['prctl_nnp']}"
     return (PASS if v["NoNewPrivs"] == "1" else FAIL), f"NoNewPrivs {v['NoNewPrivs']}"
 
 
 @check("ID-SECCOMP", "a seccomp filter confines the workload", "the full kernel syscall surface")
+@per_runtime
 def seccomp(host: Host, ctx: Context) -> Outcome:
-    st, why, v = _get(host, ctx, "Seccomp", "Seccomp_filters")
+    st, why, v = _get(host, ctx, "Seccomp", "Seccomp_filters", "prctl_seccomp")
     if st:
         return st, why
+    if v["Seccomp"] == "?":  # gVisor's /proc/self/status has no such line
+        return (PASS if v["prctl_seccomp"] == "2" else FAIL), f"PR_GET_SECCOMP {v['prctl_seccomp']} (2 = filter)"
     n = v["Seccomp_filters"]
     return (PASS if v["Seccomp"] == "2" else FAIL), f"Seccomp {v['Seccomp']} (2 = filter)" + \
         (f", {n} filter(s) stacked" if n not in ("?", "") else "")
@@ -101,6 +152,7 @@ def seccomp(host: Host, ctx: Context) -> Outcome:
 
 @check("ID-ROOTFS-RO", "the workload's root filesystem is read-only and /workspace is writable",
        "a workload altering its toolchain for later steps; a build that cannot write its output")
+@per_runtime
 def rootfs(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "rootfs", "workspace")
     if st:
@@ -111,6 +163,7 @@ def rootfs(host: Host, ctx: Context) -> Outcome:
 
 @check("ID-NOSOCKET", "no engine socket (no unix socket at all) is visible to the workload",
        "a workload driving the container engine (host root or the runner's files)")
+@per_runtime
 def nosocket(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "sockets", "docker_host")
     if st:
@@ -150,6 +203,7 @@ def judge_syscalls(raw: str, names: tuple[str, ...], what: str) -> tuple[str, st
 @check("ESC-SYSCALLS", "the workload cannot use bpf, perf_event_open, open_by_handle_at, userfaultfd, "
        "module loading, kexec or io_uring",
        "the kernel interfaces behind most container escapes and kernel exploits")
+@per_runtime
 def esc_syscalls(host: Host, ctx: Context) -> Outcome:
     return _judge(host, ctx, SYSCALLS, "syscalls")
 
@@ -160,6 +214,7 @@ TRACING = ("ptrace", "process_vm_readv")
 @check("ESC-PTRACE", "the workload can neither ptrace nor read the memory of another process of its uid "
        "(ptrace, process_vm_readv)", "a workload injecting into or reading the processes beside it (docker exec'd "
        "shells, tools, the build's own daemons): this kernel has no Yama to stop same-uid tracing")
+@per_runtime
 def esc_ptrace(host: Host, ctx: Context) -> Outcome:
     return _judge(host, ctx, TRACING, "tracing")
 
@@ -196,12 +251,14 @@ def esc_engine_syscalls(host: Host, ctx: Context) -> Outcome:
 @check("ESC-FRESH-MOUNTS", "the workload cannot create user or mount namespaces or mount (no fresh procfs, "
        "sysfs or cgroupfs revealing host state)",
        "a fresh procfs/sysfs bypassing the masked and read-only paths")
+@per_runtime
 def esc_fresh_mounts(host: Host, ctx: Context) -> Outcome:
     return _judge(host, ctx, NEW_MOUNTS, "namespaces and mounts")
 
 
 @check("ESC-DEVICES", "no host block device, /dev/kvm, /dev/mem, /dev/kmem, /dev/port or /dev/fuse in the workload",
        "raw access to host disks, memory or hypervisor and FUSE interfaces")
+@per_runtime
 def esc_devices(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "devices")
     if st:
@@ -209,4 +266,38 @@ def esc_devices(host: Host, ctx: Context) -> Outcome:
     devs = [d for d in v["devices"].split(",") if d]
     if v["devices"] == "?":
         return FAIL, "the device probe did not run"
-    return (FAIL, f"present: {devs}") if devs else (PASS, "none of them in /dev")
+    note = ""
+    if ctx.workload_runtime == "runsc" and "fuse" in devs:
+        # Every gVisor sandbox has a /dev/fuse of its own, served by the Sentry (not
+        # the host's FUSE); mounting with it needs CAP_SYS_ADMIN, which the workload lacks.
+        devs.remove("fuse")
+        note = " (fuse: gVisor's own, served by its Sentry)"
+    return (FAIL, f"present: {devs}") if devs else (PASS, "none of them in /dev" + note)
+
+
+@check("ID-GVISOR-KERNEL", "a gvisor workflow's workload runs on gVisor's kernel, not the host's (negative control: "
+       "the same self-test under runc sees the host's)",
+       "one host kernel bug in a syscall the profiles allow is a way out of every level that shares the host's kernel",
+       modes=("userns_remap",))
+def gvisor_kernel(host: Host, ctx: Context) -> Outcome:
+    if ctx.engine.gvisor is None:
+        return NA, "gVisor is not a runtime of this engine (kooi_gvisor_enabled is false)"
+    host_release = host.run("uname -r").stdout.strip()
+    seen: dict[str, dict[str, str]] = {}
+    try:
+        for rt in ("runsc", "runc"):
+            ctx.workload_runtime = rt
+            st, why, seen[rt] = _get(host, ctx, "kernel", "kernel_version")
+            if st:
+                return st, f"under {rt}: {why}"
+    finally:
+        ctx.workload_runtime = "runc"
+    g, c = seen["runsc"], seen["runc"]
+    gvisor = g["kernel_version"] == GVISOR_UNAME_V and g["kernel"] != host_release and \
+        (g["kernel"] == "4.4.0" or g["kernel"].endswith("-gvisor"))
+    control = c["kernel"] == host_release
+    evidence = (f"under runsc: {g['kernel']} {g['kernel_version']!r}; under runc (the control): {c['kernel']} "
+                f"(the host: {host_release})")
+    if not control:
+        return FAIL, evidence + "; the control does not see the host's kernel, so the probe proves nothing"
+    return (PASS if gvisor else FAIL), evidence

@@ -82,6 +82,9 @@ class Context:
     engine: EngineConfig
     probe_image: str = "kooi-probe:latest"
     cache: dict[str, Any] = field(default_factory=dict)
+    # The OCI runtime whose self-test the ID-* checks judge: runc, or runsc where the
+    # engine has gVisor (checks.confinement.per_runtime judges both in turn).
+    workload_runtime: str = "runc"
 
     @property
     def mode(self) -> str:

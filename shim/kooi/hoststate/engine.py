@@ -42,6 +42,10 @@ class Gvisor:
     platform: str         # systrap or ptrace (never kvm here)
     network: str          # sandbox (gVisor's netstack) or host (the container's netns, host stack)
     netns_workaround: bool = False  # the wrapper hides /proc/sys/net (google/gvisor#10704)
+    # The host gid of the runner image's gid on this engine (kooi_gvisor_group, the
+    # runner is in it): gVisor ignores POSIX ACLs, so a gVisor run's project is given
+    # to this group. 0: none recorded (re-run site.yml).
+    group: int = 0
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,8 @@ class BrokeredEngine:
         self.project, self.run_dir, self.log = ctx.project, ctx.run_dir, ctx.log
         self.run_labels = labels.run_labels(ctx.wf.name, str(ctx.project), ctx.run_id)
         self.apparmor = apparmor_profile  # what the containers the workload starts get too
+        # isolation gvisor: the containers the workload starts run under runsc too.
+        self.gvisor = ctx.res.isolation == "gvisor" and ctx.cfg.gvisor is not None
         self.broker: Any = None
         self.network: dict[str, Any] | None = None  # its inspection
         self.gateway: str | None = None
@@ -72,8 +74,12 @@ class BrokeredEngine:
                                 socket_aliases=(ENGINE_SOCKET,), path_map={WORKSPACE: str(self.project)})
         scope.apparmor = self.apparmor
         scope.limits = dict(limits or {})
+        runtimes: tuple[str, ...] = Policy.runtimes
+        if self.gvisor and self.cfg.gvisor is not None:
+            scope.runtime = self.cfg.gvisor.runtime
+            runtimes = (scope.runtime,)
         policy = Policy(workspace=str(self.project), apparmor_profiles=(self.apparmor,) if self.apparmor else (),
-                        limits=dict(limits or {}))
+                        limits=dict(limits or {}), runtimes=runtimes)
         self.broker = broker.Broker(str(path), self.cfg.socket, policy, scope, log=self.log.note)
         self.broker.start(mode=0o666)
         host_config = body["HostConfig"]

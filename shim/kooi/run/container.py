@@ -26,7 +26,7 @@ from . import limits as run_limits
 from .brokered import BrokeredEngine
 from .context import RunContext
 from .errors import EXIT_ERROR, Result, refused, unavailable
-from .project import grant_workspace, host_uid_of
+from .project import grant_search, grant_workspace, host_uid_of, share_with_group
 from .spec import WORKSPACE, bind, env_of, set_env
 
 MAVEN_SETTINGS = "/run/kooi/maven-settings.xml"
@@ -172,7 +172,13 @@ class ContainerBackend:
                           "kooi's runner image, whose init would end it even without kooi run)")
         for w in res.warnings:
             log.note(f"warning: {w}")
-        conf = ctx.confinement(lambda state: apparmor.for_container(cfg.mode, state))
+        if res.isolation == "gvisor":
+            # runsc ignores AppArmor profiles (it logs and drops them): gVisor's sentry,
+            # a kernel of the sandbox's own, is the boundary instead.
+            conf = apparmor.Confinement(None, "AppArmor: not applied, runsc ignores AppArmor profiles; gVisor's "
+                                              "sentry (a kernel of the sandbox's own) confines the workload")
+        else:
+            conf = ctx.confinement(lambda state: apparmor.for_container(cfg.mode, state))
         res.apparmor = conf.as_dict()
         log.note(conf.note)
         if conf.profile:
@@ -189,10 +195,31 @@ class ContainerBackend:
             env = env_of(body)
             env["JAVA_TOOL_OPTIONS"] = run_limits.java_options(env.get("JAVA_TOOL_OPTIONS", ""), plan.max_ram)
             set_env(body, env)
+        if res.isolation == "gvisor":
+            self._under_gvisor(body)
         self.name = f"kooi-{ctx.run_id}"
         self.container = client.create({**body, "Image": pin.id}, name=self.name)
         if self.access:
             self.access.protect(self.container)
+
+    def _under_gvisor(self, body: dict[str, Any]) -> None:
+        """min_isolation: gvisor: the workload runs under runsc, and runsc's gofer, which
+        opens every bind source itself as the remap range's root, may reach them."""
+        assert self.ctx is not None and self.ctx.cfg.gvisor is not None
+        ctx, cfg, g = self.ctx, self.ctx.cfg, self.ctx.cfg.gvisor
+        body["HostConfig"]["Runtime"] = g.runtime
+        if not g.group:
+            raise unavailable("engine.json names no group for gVisor's workloads; re-run site.yml (role gvisor)")
+        share_with_group(ctx.project, g.group, ctx.log)
+        root = host_uid_of(cfg, 0)
+        grant_workspace(ctx.project, root, cfg.runner_uid, ctx.log)
+        if ctx.guard and ctx.guard.shadow:
+            grant_workspace(ctx.guard.shadow, root, cfg.runner_uid, ctx.log, note=False)
+        for m in body["HostConfig"]["Mounts"]:
+            if m.get("Type") == "bind":
+                grant_search(Path(m["Source"]), root, cfg.runner_uid, ctx.log)
+        ctx.res.gvisor = {"runtime": g.runtime, "runsc": g.version, "platform": g.platform, "network": g.network}
+        ctx.log.note(f"gvisor: runtime {g.runtime} (runsc {g.version}, platform {g.platform}, network {g.network})")
 
     def _sweep(self) -> None:
         """Remove what an earlier run of this workflow on this project left when its kooi

@@ -66,6 +66,7 @@ class Result:
     egress: dict[str, Any] | None = None
     apparmor: dict[str, Any] | None = None
     seccomp: dict[str, Any] | None = None
+    gvisor: dict[str, Any] | None = None  # isolation gvisor: the runtime and how runsc runs
     secrets: dict[str, Any] | None = None
     project_guard: dict[str, Any] | None = None
     refused: list[dict[str, Any]] = field(default_factory=list)

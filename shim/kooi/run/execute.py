@@ -32,8 +32,29 @@ from .project import RunLock, check_project
 RUN_DIR = Path(os.environ.get("KOOI_RUN_DIR", paths.RUNS))
 
 
-def isolation_of(mode: str, cfg: EngineConfig) -> str:
-    return "jail" if mode == "jail" else cfg.mode
+def isolation_of(mode: str, cfg: EngineConfig, wanted: str | None = None) -> str:
+    """The level a run of a MODE workflow gets on this host. gVisor is per workflow: a
+    container workflow that asks for it (min_isolation: gvisor) runs under runsc where
+    the engine has it (roles/gvisor); every other run keeps the engine's runc."""
+    if mode == "jail":
+        return "jail"
+    if wanted == "gvisor" and cfg.gvisor is not None:
+        return "gvisor"
+    return cfg.mode
+
+
+def why_below(name: str, wanted: str, got: str, mode: str, cfg: EngineConfig) -> str:
+    """Why a run of workflow NAME gets GOT, below the WANTED level, and what provides it."""
+    msg = f"workflow {name} requires isolation {wanted} or stronger; this run would get {got} " \
+          f"({mode} mode on a {cfg.mode} host)"
+    if wanted != "gvisor":
+        return msg
+    if mode == "jail":
+        return msg + "; a jail shares the host's kernel and never provides gvisor: use mode: container"
+    if cfg.mode == "rootless":
+        return msg + ("; a rootless engine cannot run gVisor's runsc (google/gvisor#12575): gvisor needs "
+                      "kooi_engine_mode: userns_remap with kooi_gvisor_enabled: true (re-run site.yml)")
+    return msg + "; this host's engine has no gVisor runtime: set kooi_gvisor_enabled: true and re-run site.yml"
 
 
 def new_backend(mode: str) -> backend.Backend:
@@ -84,10 +105,9 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         check_runner_can_import(cfg)
         wf = workflow.load(name, workflow_dir or workflow.WORKFLOW_DIR)
         res.mode, res.workflow_file = wf.mode, str(wf.path)
-        res.isolation = isolation_of(wf.mode, cfg)
+        res.isolation = isolation_of(wf.mode, cfg, wf.min_isolation)
         if wf.min_isolation and workflow.isolation_rank(res.isolation) < workflow.isolation_rank(wf.min_isolation):
-            raise refused(f"workflow {name} requires isolation {wf.min_isolation} or stronger; "
-                          f"this run would get {res.isolation} ({wf.mode} mode on a {cfg.mode} host)")
+            raise refused(why_below(name, wf.min_isolation, res.isolation, wf.mode, cfg))
         eg, aa, sc = load_host_state(cfg, wf)
         try:
             host_limits = limits_state.load()

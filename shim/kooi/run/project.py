@@ -106,6 +106,64 @@ def grant_workspace(project: Path, host_uid: int, runner_uid: int, log: Log, not
         log.note(f"warning: some entries kept their ACLs: {r.stderr.strip().splitlines()[0][:200]}")
 
 
+def share_with_group(project: Path, gid: int, log: Log) -> None:
+    """Give PROJECT to group GID (the workload's gid as the remapped engine maps it), with
+    setgid directories so that what the runner adds later joins it too: gVisor judges a
+    file by its owner, group and mode bits alone and never reads the POSIX ACLs
+    grant_workspace sets (measured: a runc workload writes the project, the same
+    workload under runsc gets EACCES). The group bits are the ACL mask (rwx). Once per
+    project; the runner must be in the group (role gvisor)."""
+    st = project.stat()
+    if st.st_gid == gid and st.st_mode & 0o2000:
+        return
+    if gid not in os.getgroups():
+        raise RunError("refused", EXIT_REFUSED,
+                       f"the runner is not in the group of gVisor's workloads (gid {gid}, kooi_gvisor_group), which "
+                       "a gVisor run needs to write its project: re-run site.yml (roles runner_user and gvisor)")
+    log.note(f"giving {project} to group {gid}, the workload's gid on this engine (gVisor ignores POSIX ACLs; once)")
+    import subprocess
+
+    r = subprocess.run(["chgrp", "-R", str(gid), str(project)], capture_output=True, text=True)
+    d = subprocess.run(["find", str(project), "-type", "d", "-user", str(os.geteuid()), "-exec", "chmod", "g+s",
+                        "{}", "+"], capture_output=True, text=True)
+    st = project.stat()
+    if st.st_gid != gid or not st.st_mode & 0o2000:
+        raise RunError("error", EXIT_ERROR, f"cannot give {project} to group {gid}: "
+                       f"{(r.stderr or d.stderr).strip()[-300:]}")
+    if r.returncode != 0:
+        # Files a workload created belong to its sub-uid and already to its group.
+        log.note(f"warning: some entries kept their group: {r.stderr.strip().splitlines()[0][:200]}")
+
+
+def grant_search(path: Path, uid: int, runner_uid: int, log: Log) -> None:
+    """Let host uid UID reach PATH, as gVisor's gofer must reach every bind source: it
+    opens them itself, as the remap range's root, where runc mounts as real root
+    (measured: "cannot create sandbox" below the runner's 0750 home). Search (x) is
+    granted by a POSIX ACL on each ancestor the runner owns that others cannot search;
+    an ancestor the runner does not own and that keeps UID out is refused, not changed."""
+    import subprocess
+
+    for d in reversed(path.parents):
+        try:
+            st = d.stat()
+        except OSError as exc:
+            raise RunError("error", EXIT_ERROR, f"cannot stat {d}: {exc}") from None
+        if st.st_mode & 0o001 or st.st_uid == uid:
+            continue
+        perm = acl_users(d).get(uid)
+        if perm is not None and perm & 1 and acl_users(d).get(_MASK, _RWX) & 1:
+            continue
+        if st.st_uid != runner_uid:
+            raise RunError("refused", EXIT_REFUSED,
+                           f"{d} keeps gVisor's gofer (host uid {uid}) from {path}: give others search "
+                           f"(chmod o+x {d}) or move the project below a directory the runner owns")
+        log.note(f"granting gVisor's gofer (host uid {uid}) search on {d} (POSIX ACL, once)")
+        r = subprocess.run(["setfacl", "-m", f"u:{uid}:x", str(d)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RunError("error", EXIT_ERROR, f"cannot set an ACL on {d} ({r.stderr.strip()[-300:]}); "
+                           "gVisor's gofer could not reach the run's files")
+
+
 
 def check_project(project: Path, cfg: EngineConfig) -> Path:
     try:
