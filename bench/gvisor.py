@@ -6,15 +6,17 @@ kooi_engine_mode: userns_remap and kooi_gvisor_enabled (a Molecule userns_remap 
 host will do), after `kooi verify`:
 
     python3 bench/gvisor.py [--runs 11] [--runtimes runc,runsc] [--image kooi-probe:latest]
-                            [--runner-image ID] [--syscalls 200000] [--kooi-runs 0]
+                            [--syscalls 100000] [--kooi-runs 0]
 
 - start-up: `docker run --rm --network none --runtime R IMAGE true`, wall clock;
-- syscalls: inside the runner image (python3), N getppid() calls against N loop turns
-  without one, so the per-call cost excludes the interpreter's; per call, in µs;
+- syscalls: `dd if=/dev/zero of=/dev/null bs=1 count=N` in the same container (2N
+  read/write calls); per call, in µs: (its median - start-up's median) / 2N;
+- PostgreSQL ready (--postgres IMAGE): `docker run -d` of the image until its log shows
+  "database system is ready to accept connections" twice (after initdb and the
+  restart: what Testcontainers' PostgreSQL module waits for);
 - kooi run (--kooi-runs K, K > 0): the installed maven-example and
   maven-testcontainers workflows against their gvisor copies (min_isolation: gvisor,
-  written to a scratch workflow directory), `duration_s` of the run's result and the
-  PostgreSQL container's start-up as Testcontainers logs it ("started in PT…S").
+  written to a scratch workflow directory), `duration_s` of the run's result.
 
 A further runtime (e.g. runsc with --platform=ptrace on the same host) can be named in
 --runtimes once the engine knows it (daemon.json "runtimes"); the role registers runsc
@@ -25,25 +27,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
-
-SYSCALL_PROBE = r"""
-import os, sys, time
-n = int(sys.argv[1])
-t0 = time.perf_counter()
-for _ in range(n):
-    pass
-t1 = time.perf_counter()
-for _ in range(n):
-    os.getppid()
-t2 = time.perf_counter()
-print(((t2 - t1) - (t1 - t0)) / n * 1e6)
-"""
 
 
 def timed(cmd: list[str]) -> tuple[float, str]:
@@ -52,7 +40,23 @@ def timed(cmd: list[str]) -> tuple[float, str]:
     return time.perf_counter() - t0, r.stdout
 
 
-def kooi_run(workflow: str, project: str, wfdir: str | None) -> tuple[float, list[float]]:
+def postgres_ready(runtime: str, image: str, timeout: float = 180) -> float:
+    t0 = time.perf_counter()
+    cid = subprocess.run(["docker", "run", "-d", "--runtime", runtime, "--network", "none",
+                          "-e", "POSTGRES_PASSWORD=bench", image], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    try:
+        while time.perf_counter() - t0 < timeout:
+            logs = subprocess.run(["docker", "logs", cid], capture_output=True, text=True)
+            if (logs.stdout + logs.stderr).count("database system is ready to accept connections") >= 2:
+                return time.perf_counter() - t0
+            time.sleep(0.1)
+        raise SystemExit(f"{image} under {runtime}: not ready after {timeout} s")
+    finally:
+        subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+
+
+def kooi_run(workflow: str, project: str, wfdir: str | None) -> float:
     out = Path(tempfile.mktemp(prefix="kooi-bench-", suffix=".json", dir="/var/lib/kooi/runs"))
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
     if wfdir:
@@ -63,9 +67,7 @@ def kooi_run(workflow: str, project: str, wfdir: str | None) -> tuple[float, lis
     out.unlink()
     if r.returncode != 0:
         raise SystemExit(f"kooi run {workflow}: rc {r.returncode}: {result.get('message')}")
-    log = Path(result["log"]).read_text()
-    pg = [float(m) for m in re.findall(r"postgres[^\n]*started in PT([0-9.]+)S", log, re.I)]
-    return float(result["duration_s"]), pg
+    return float(result["duration_s"])
 
 
 def gvisor_copies(names: list[str]) -> str:
@@ -91,47 +93,49 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=11)
     ap.add_argument("--runtimes", default="runc,runsc")
     ap.add_argument("--image", default="kooi-probe:latest")
-    ap.add_argument("--runner-image", default="")
-    ap.add_argument("--syscalls", type=int, default=200000)
+    ap.add_argument("--syscalls", type=int, default=100000)
     ap.add_argument("--kooi-runs", type=int, default=0)
+    ap.add_argument("--postgres", default="", help="a PostgreSQL image on the engine (kooi-postgres:17)")
     ap.add_argument("--project", default="/home/kooi-runner/kooi-verify/maven-example")
     args = ap.parse_args()
     runtimes = args.runtimes.split(",")
-    runner = args.runner_image or json.loads(Path("/etc/kooi/images.json").read_text())["runner"]["id"]
     docker = ["docker", "run", "--rm", "--network", "none"]
-    start = {rt: [] for rt in runtimes}
-    per_call = {rt: [] for rt in runtimes}
+    start: dict[str, list[float]] = {rt: [] for rt in runtimes}
+    dd: dict[str, list[float]] = {rt: [] for rt in runtimes}
+    dd_cmd = ["sh", "-c", f"dd if=/dev/zero of=/dev/null bs=1 count={args.syscalls}"]
     for rt in runtimes:  # warm up each
         timed(docker + ["--runtime", rt, args.image, "true"])
     for _ in range(args.runs):
         for rt in runtimes:
             start[rt].append(timed(docker + ["--runtime", rt, args.image, "true"])[0])
-            out = timed(docker + ["--runtime", rt, "--entrypoint", "python3", runner, "-I", "-c", SYSCALL_PROBE,
-                                  str(args.syscalls)])[1]
-            per_call[rt].append(float(out.strip()))
+            dd[rt].append(timed(docker + ["--runtime", rt, args.image] + dd_cmd)[0])
+    per_call = {rt: (med(dd[rt]) - med(start[rt])) / (2 * args.syscalls) * 1e6 for rt in runtimes}
     base = runtimes[0]
     report: dict[str, object] = {
         "runs": args.runs,
         "startup_s": {rt: med(v) for rt, v in start.items()},
         "startup_ratio": {rt: round(med(v) / med(start[base]), 2) for rt, v in start.items()},
-        "syscall_us": {rt: med(v) for rt, v in per_call.items()},
-        "syscall_ratio": {rt: round(med(v) / med(per_call[base]), 1) for rt, v in per_call.items()},
+        "dd_s": {rt: med(v) for rt, v in dd.items()},
+        "syscall_us": {rt: round(v, 3) for rt, v in per_call.items()},
+        "syscall_ratio": {rt: round(v / per_call[base], 1) for rt, v in per_call.items()},
     }
+    if args.postgres:
+        ready: dict[str, list[float]] = {rt: [] for rt in runtimes}
+        for _ in range(max(3, args.runs // 2)):
+            for rt in runtimes:
+                ready[rt].append(postgres_ready(rt, args.postgres))
+        report["postgres_ready_s"] = {rt: med(v) for rt, v in ready.items()}
+        report["postgres_ready_ratio"] = {rt: round(med(v) / med(ready[base]), 2) for rt, v in ready.items()}
     if args.kooi_runs:
         wfdir = gvisor_copies(["maven-example", "maven-testcontainers"])
         dur: dict[str, list[float]] = {}
-        pg: dict[str, list[float]] = {}
         for _ in range(args.kooi_runs):
             for wf in ("maven-example", "maven-testcontainers"):
                 for level, d in (("runc", None), ("runsc", wfdir)):
-                    s, p = kooi_run(wf, args.project, d)
-                    dur.setdefault(f"{wf}/{level}", []).append(s)
-                    if p:
-                        pg.setdefault(level, []).extend(p)
+                    dur.setdefault(f"{wf}/{level}", []).append(kooi_run(wf, args.project, d))
         report["kooi_run_s"] = {k: med(v) for k, v in dur.items()}
         report["kooi_run_ratio"] = {wf: round(med(dur[f"{wf}/runsc"]) / med(dur[f"{wf}/runc"]), 2)
                                     for wf in ("maven-example", "maven-testcontainers")}
-        report["postgres_started_s"] = {k: med(v) for k, v in pg.items()}
     print(json.dumps(report, indent=2))
 
 
