@@ -325,3 +325,23 @@ def test_grant_search_gives_the_gofer_search_only_where_others_lack_it(tmp_path)
         for d in top.parents:
             if 4242 in project_mod.acl_users(d):
                 subprocess.run(["setfacl", "-x", "u:4242", str(d)], check=True)
+
+
+def test_share_with_group_sets_setgid_directories_and_never_follows_a_link(tmp_path):
+    import stat
+
+    project, outside = tmp_path / "proj", tmp_path / "outside"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "A.java").write_text("x")
+    outside.mkdir()
+    (project / "elsewhere").symlink_to(outside)
+    gid = os.getgroups()[0] if os.getgroups() else os.getegid()
+    log = run.errors.Log(None, None)
+    project_mod.share_with_group(project, gid, "nobody", log)
+    for d in (project, project / "src"):
+        st = d.stat()
+        assert st.st_gid == gid and st.st_mode & stat.S_ISGID, d
+    assert (project / "src" / "A.java").stat().st_gid == gid
+    assert not outside.stat().st_mode & stat.S_ISGID  # the link was not followed
+    with pytest.raises(run.RunError, match="not in gVisor's workload group"):
+        project_mod.share_with_group(tmp_path / "outside", 4242, "nobody", log)

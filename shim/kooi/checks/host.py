@@ -86,7 +86,8 @@ def subid_nooverlap(host: Host, ctx: Context) -> Outcome:
     # By design: the workload's gid on the remapped engine has a host group with gVisor
     # (kooi_gvisor_group: gVisor ignores ACLs, so a gVisor run's project is given to it).
     by_design = ctx.engine.gvisor.group if ctx.engine.gvisor else 0
-    note = f"; {gids.pop(by_design)} (gid {by_design}) is gVisor's workload gid by design" if by_design in gids else ""
+    note = f"; {gids.pop(by_design)} (gid {by_design}) is gVisor's workload gid by design" \
+        if by_design and by_design in gids else ""
     for path, ids in (("/etc/subuid", uids), ("/etc/subgid", gids)):
         entries = sorted(_parse_subids(host.file(path).content_string, path), key=lambda e: e[1])
         for a, b in zip(entries, entries[1:]):

@@ -26,7 +26,7 @@ from . import limits as run_limits
 from .brokered import BrokeredEngine
 from .context import RunContext
 from .errors import EXIT_ERROR, Result, refused, unavailable
-from .project import grant_search, grant_workspace, host_uid_of, share_with_group
+from .project import SUBGID, grant_search, grant_workspace, host_uid_of, subid_start
 from .spec import WORKSPACE, bind, env_of, set_env
 
 MAVEN_SETTINGS = "/run/kooi/maven-settings.xml"
@@ -208,9 +208,15 @@ class ContainerBackend:
         assert self.ctx is not None and self.ctx.cfg.gvisor is not None
         ctx, cfg, g = self.ctx, self.ctx.cfg, self.ctx.cfg.gvisor
         body["HostConfig"]["Runtime"] = g.runtime
-        if not g.group:
-            raise unavailable("engine.json names no group for gVisor's workloads; re-run site.yml (role gvisor)")
-        share_with_group(ctx.project, g.group, ctx.log)
+        # The project's group is the host gid of the workload's gid 1000 (roles/gvisor):
+        # an image whose user has another gid could not write it under runsc.
+        user = str(body.get("User") or "")
+        gid = user.split(":")[1] if ":" in user else ""
+        want = g.group - subid_start(cfg.remap_user or "kooi-remap", SUBGID)
+        if gid != str(want):
+            raise refused(f"image user {user!r}: under gVisor the workload's gid must be {want}, whose host group "
+                          f"({g.group}, kooi_gvisor_group) holds the project (gVisor ignores POSIX ACLs); use "
+                          "kooi's runner image or set USER uid:" + str(want))
         root = host_uid_of(cfg, 0)
         grant_workspace(ctx.project, root, cfg.runner_uid, ctx.log)
         if ctx.guard and ctx.guard.shadow:

@@ -27,7 +27,7 @@ from . import backend
 from .context import RunContext, load_host_state
 from .errors import EXIT_ERROR, EXIT_INVALID, Interrupted, Log, Result, RunError, now, refused, unavailable
 from .identity import check_identity, check_runner_can_import, drop_to_runner
-from .project import RunLock, check_project
+from .project import RunLock, check_project, share_with_group
 
 RUN_DIR = Path(os.environ.get("KOOI_RUN_DIR", paths.RUNS))
 
@@ -150,6 +150,12 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         res.log = str(log.path)
         lock = RunLock(run_dir, wf.name, project)
         lock.acquire(wait)
+        if res.isolation == "gvisor":
+            assert cfg.gvisor is not None
+            if not cfg.gvisor.group:
+                raise unavailable("engine.json names no group for gVisor's workloads; re-run site.yml (role gvisor)")
+            # Before the project guard's snapshot: the setgid bits it sets are mode bits.
+            share_with_group(project, cfg.gvisor.group, cfg.runner_user, log)
         log.note(f"run {run_id}: workflow {wf.name} ({wf.mode}, isolation {res.isolation}) on {project}")
         ctx = RunContext(wf, cfg, project, run_id, run_dir, res, log,
                          interrupted=lambda: got_signal[0] if got_signal else None, egress=eg, apparmor=aa,

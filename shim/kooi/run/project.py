@@ -17,6 +17,7 @@ from ..hoststate.engine import EngineConfig
 from .errors import EXIT_BUSY, EXIT_ERROR, EXIT_INVALID, EXIT_REFUSED, EXIT_UNAVAILABLE, Log, RunError
 
 SUBUID = "/etc/subuid"
+SUBGID = "/etc/subgid"
 
 
 def subid_start(user: str, path: str = SUBUID) -> int:
@@ -106,33 +107,54 @@ def grant_workspace(project: Path, host_uid: int, runner_uid: int, log: Log, not
         log.note(f"warning: some entries kept their ACLs: {r.stderr.strip().splitlines()[0][:200]}")
 
 
-def share_with_group(project: Path, gid: int, log: Log) -> None:
+def share_with_group(project: Path, gid: int, runner_user: str, log: Log) -> None:
     """Give PROJECT to group GID (the workload's gid as the remapped engine maps it), with
     setgid directories so that what the runner adds later joins it too: gVisor judges a
     file by its owner, group and mode bits alone and never reads the POSIX ACLs
     grant_workspace sets (measured: a runc workload writes the project, the same
     workload under runsc gets EACCES). The group bits are the ACL mask (rwx). Once per
-    project; the runner must be in the group (role gvisor)."""
-    st = project.stat()
-    if st.st_gid == gid and st.st_mode & 0o2000:
-        return
-    if gid not in os.getgroups():
-        raise RunError("refused", EXIT_REFUSED,
-                       f"the runner is not in the group of gVisor's workloads (gid {gid}, kooi_gvisor_group), which "
-                       "a gVisor run needs to write its project: re-run site.yml (roles runner_user and gvisor)")
-    log.note(f"giving {project} to group {gid}, the workload's gid on this engine (gVisor ignores POSIX ACLs; once)")
-    import subprocess
+    project, before the project guard's snapshot (the setgid bits are mode bits); the
+    runner must be in the group (role gvisor). The walk never follows a symbolic link
+    (os.fwalk, changes through the open directory and *at calls without following), so
+    a workload of another run on the project cannot point it elsewhere."""
+    import grp
+    import stat
 
-    r = subprocess.run(["chgrp", "-R", str(gid), str(project)], capture_output=True, text=True)
-    d = subprocess.run(["find", str(project), "-type", "d", "-user", str(os.geteuid()), "-exec", "chmod", "g+s",
-                        "{}", "+"], capture_output=True, text=True)
     st = project.stat()
-    if st.st_gid != gid or not st.st_mode & 0o2000:
-        raise RunError("error", EXIT_ERROR, f"cannot give {project} to group {gid}: "
-                       f"{(r.stderr or d.stderr).strip()[-300:]}")
-    if r.returncode != 0:
-        # Files a workload created belong to its sub-uid and already to its group.
-        log.note(f"warning: some entries kept their group: {r.stderr.strip().splitlines()[0][:200]}")
+    if st.st_gid == gid and st.st_mode & stat.S_ISGID:
+        return
+    if gid != os.getegid() and gid not in os.getgroups():
+        try:
+            listed = runner_user in grp.getgrgid(gid).gr_mem
+        except KeyError:
+            listed = False
+        raise RunError("refused", EXIT_REFUSED,
+                       f"this process of the runner is not in gVisor's workload group (gid {gid}, "
+                       "kooi_gvisor_group), which a gVisor run needs to write its project: "
+                       + ("the runner joined it after this session began; run kooi as root or from a new login"
+                          if listed else "re-run site.yml (roles runner_user and gvisor)"))
+    log.note(f"giving {project} to group {gid}, the workload's gid on this engine (gVisor ignores POSIX ACLs; once)")
+    me, kept = os.geteuid(), 0
+    for _dirpath, _dirs, files, dfd in os.fwalk(project, follow_symlinks=False):
+        dst = os.fstat(dfd)
+        if dst.st_uid != me:
+            kept += 1  # a workload's directory: its group is already the workload's
+            continue
+        os.fchown(dfd, -1, gid)
+        os.fchmod(dfd, stat.S_IMODE(dst.st_mode) | stat.S_ISGID)
+        for name in files:
+            try:
+                if os.stat(name, dir_fd=dfd, follow_symlinks=False).st_uid == me:
+                    os.chown(name, -1, gid, dir_fd=dfd, follow_symlinks=False)
+                else:
+                    kept += 1
+            except OSError:
+                kept += 1
+    st = project.stat()
+    if st.st_gid != gid or not st.st_mode & stat.S_ISGID:
+        raise RunError("error", EXIT_ERROR, f"cannot give {project} to group {gid}")
+    if kept:
+        log.note(f"{kept} entries the workload created kept their owner's group (its own gid already)")
 
 
 def grant_search(path: Path, uid: int, runner_uid: int, log: Log) -> None:
