@@ -27,8 +27,8 @@ from .conftest import KOOI, REPO
 
 RESULT_KEYS = {"workflow", "run_id", "project", "mode", "isolation", "workflow_file", "image",
                "image_digest", "start", "end", "duration_s", "exit_code", "reason", "message", "log",
-               "limits", "limit", "warnings", "broker", "cleanup", "egress", "apparmor", "seccomp", "secrets",
-               "project_guard", "refused"}
+               "limits", "limit", "warnings", "broker", "cleanup", "egress", "apparmor", "seccomp", "gvisor",
+               "secrets", "project_guard", "refused"}
 
 SLEEPER = {"mode": "container", "command": ["sh", "-c", "sleep 600 & sleep 600"], "timeout": 3}
 JAIL_PROBE = r"""

@@ -131,7 +131,7 @@ def test_workload_probes_fail_when_the_workload_is_not_confined(engine):
     assert res.returncode == 0 and seen.get("end") == "1", res.stdout[-2000:] + res.stderr[-2000:]
     host = testinfra.get_host("local://")
     ctx = Context.from_host(host)
-    ctx.cache["selftest"] = (seen, "")
+    ctx.cache["selftest:runc"] = (seen, "")  # what checks.confinement caches per runtime
     ids = ["ID-NONROOT", "ID-CAPS", "ID-NNP", "ID-SECCOMP", "ID-ROOTFS-RO", "ID-NOSOCKET",
            "ESC-SYSCALLS", "ESC-FRESH-MOUNTS", "ESC-DEVICES"]
     got = {r.id: (r.status, r.evidence) for r in run_all(host, ctx, ids)}
