@@ -148,6 +148,19 @@ if [ "$quick" = 0 ]; then
   stages+=(molecule-nosystemd molecule-rootless images-vm molecule-apparmor molecule-userns_remap)
 fi
 
+# Why each failed stage failed, right above the summary: CI shows only the tail of this
+# output, and a lane's log printed half an hour earlier is out of sight there.
+for s in "${stages[@]}"; do
+  ok "$s" || [ ! -s "$logs/$s.log" ] || {
+    echo; echo "=== why $s failed (excerpt; the whole log: $logs/$s.log)"
+    # pytest's short summary and assertion lines, Ansible's failed tasks and their
+    # messages, Molecule's failed step, the stage's own time-out line.
+    # Molecule frames a step's output with colour codes and "│ ", which go first.
+    sed -E 's/\x1b\[[0-9;]*m//g; s/^ *│ ?//; /FAILED - RETRYING/d; /glob failed/d' "$logs/$s.log" |
+      grep -a -E -A4 '^ *(FAILED|ERROR) |^ *E  |fatal: \[|failed: \[|FAILED!|CRITICAL|Executed: Failed|timed out after' |
+      cut -c1-400 | tail -n 80
+  }
+done
 echo; echo "=== summary (wall $((SECONDS - start)) s)"
 failed=()
 for s in "${stages[@]}"; do
