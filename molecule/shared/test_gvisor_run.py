@@ -2,7 +2,8 @@
 with the runner image and kooi-authz (issue 17's acceptance): the Maven example builds
 under runsc; the Maven example's Testcontainers tests pass with the build and every
 container it starts under runsc (docker inspect while the run runs); the run's broker
-refuses any other runtime and puts a create that names none under runsc.
+refuses any other runtime, puts a create that names none under runsc, and execs into
+such a container (gVisor's kernel answers).
 
 The verify playbook runs it after the runc runs of the same examples, whose project
 (below the runner's 0750 home) and kooi-postgres image it reuses."""
@@ -37,6 +38,19 @@ print(f"PROBE default {st}")
 st, got = call("GET", f"/v1.41/containers/{doc['Id']}/json")
 print(f"PROBE inspected {got['HostConfig']['Runtime']}")
 print(f"PROBE removed {call('DELETE', '/v1.41/containers/' + doc['Id'])[0]}")
+st, doc = call("POST", "/v1.41/containers/create", {"Image": "kooi-probe:latest", "Cmd": ["sleep", "120"]})
+cid = doc["Id"]
+print(f"PROBE started {call('POST', f'/v1.41/containers/{cid}/start')[0]}")
+st, ex = call("POST", f"/v1.41/containers/{cid}/exec",
+              {"AttachStdout": True, "AttachStderr": True, "Tty": True, "Cmd": ["cat", "/proc/version"]})
+c = C("d")
+c.request("POST", f"/v1.41/exec/{ex['Id']}/start", json.dumps({"Detach": False, "Tty": True}),
+          {"Content-Type": "application/json"})
+r = c.getresponse()
+print(f"PROBE exec {st} {r.status} {r.read().decode(errors='replace').strip()}")
+eid = ex["Id"]
+print(f"PROBE exec exit {call('GET', f'/v1.41/exec/{eid}/json')[1].get('ExitCode')}")
+print(f"PROBE removed {call('DELETE', f'/v1.41/containers/{cid}?force=1')[0]}")
 """
 
 
@@ -121,4 +135,10 @@ def test_a_gvisor_runs_broker_refuses_any_other_runtime(host, ctx):
         assert f"PROBE {rt} 403 kooi broker: runtime '{rt}' refused: every container of this run runs under runsc " \
                "(isolation gvisor)" in lines, lines
     assert "PROBE default 201" in lines and "PROBE inspected runsc" in lines and "PROBE removed 204" in lines, lines
+    # docker exec into a container of the run, through the broker: runsc exec runs the
+    # command in the sandbox, whose kernel is gVisor's.
+    assert "PROBE started 204" in lines, lines
+    execd = [line for line in lines if line.startswith("PROBE exec 201 200 ")]
+    assert execd and " 4.4.0 " in execd[0] and "Sun Jan 10 15:06:54 PST 2016" in execd[0], lines
+    assert "PROBE exec exit 0" in lines and lines.count("PROBE removed 204") == 2, lines
     assert result["broker"]["refused"] == 3, result["broker"]
