@@ -57,6 +57,9 @@ def verify_on_host(host, ids: list[str] | None = None) -> dict[str, dict]:
     assert res.rc in (0, 1), f"kooi verify: rc {res.rc}: {res.stdout[-2000:]} {res.stderr[-2000:]}"
     report = json.loads(res.stdout)
     got = {c["id"]: c for c in report["checks"]}
+    for c in got.values():  # the evidence, in the report of a failed test (-rA)
+        if c["status"] == FAIL:
+            print(f"FAIL {c['id']}: {c['evidence']}")
     assert list(got) == (ids or [c.id for c in CHECKS]), list(got)
     assert res.rc == (1 if any(c["status"] == FAIL for c in got.values()) else 0), res.rc
     return got
