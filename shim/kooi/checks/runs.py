@@ -178,7 +178,8 @@ def run_project_guard(host: Host, ctx: Context) -> Outcome:
     log = host.file(res.get("log") or "/nonexistent")
     text = log.content_string if log.exists else ""
     if "GUARD-DONE" not in text:
-        bad.append(f"the workload did not run to its end (rc={rc})")
+        bad.append(f"the workload did not run to its end (rc={rc}, reason {res.get('reason')}: "
+                   f"{res.get('message')}; its log ends {text.strip()[-160:]!r})")
     if "HOOK=written" not in text:
         bad.append("the hook write into the throwaway copy of .git/hooks failed")
     if host.file(f"{PROJECT}/.git/hooks/post-checkout").exists or host.file(f"{PROJECT}/.envrc").exists:
