@@ -43,12 +43,12 @@ cid = doc["Id"]
 print(f"PROBE started {call('POST', f'/v1.41/containers/{cid}/start')[0]}")
 st, ex = call("POST", f"/v1.41/containers/{cid}/exec",
               {"AttachStdout": True, "AttachStderr": True, "Tty": True, "Cmd": ["cat", "/proc/version"]})
+eid = ex["Id"]
 c = C("d")
-c.request("POST", f"/v1.41/exec/{ex['Id']}/start", json.dumps({"Detach": False, "Tty": True}),
+c.request("POST", f"/v1.41/exec/{eid}/start", json.dumps({"Detach": False, "Tty": True}),
           {"Content-Type": "application/json"})
 r = c.getresponse()
 print(f"PROBE exec {st} {r.status} {r.read().decode(errors='replace').strip()}")
-eid = ex["Id"]
 print(f"PROBE exec exit {call('GET', f'/v1.41/exec/{eid}/json')[1].get('ExitCode')}")
 print(f"PROBE removed {call('DELETE', f'/v1.41/containers/{cid}?force=1')[0]}")
 """
