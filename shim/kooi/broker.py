@@ -41,22 +41,29 @@ from .engineapi import Engine
 from .httpwire import BadRequest, Reader, Request, continue_if_expected, forward, read_body, read_head, respond
 from .policy import (
     MAX_BODY,
+    TMPFS_TOTAL,
     Created,
     Decision,
     Owned,
     Policy,
     Refuse,
+    RefuseWith,
     Scoped,
     check_body,
     decide,
     deny,
+    is_unset,
     normalize,
     route,
     security_opt,
+    tmpfs_sizes,
 )
 from .routes import compile_path
 
 ENGINE_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
+# NetworkCreate fields a run may set (folded); every other must be unset (null, false,
+# 0, "", {} or []); IPAM only as {"Driver": "default"} with nothing else set.
+NETWORK_FIELDS = frozenset({"name", "driver", "internal", "attachable", "labels", "checkduplicate"})
 BUILTIN_NETWORKS = {"bridge", "default", ""}
 NETWORK = compile_path("/networks/{id}")
 
@@ -86,6 +93,13 @@ class RunScope:
     # runsc, so the nested database is as contained as the build); None: the engine's
     # default. A request naming any other is refused, not rewritten.
     runtime: str | None = None
+    # The guard's shadows (path in the project, throwaway copy on the host): mounted over
+    # the same paths wherever a container of the run binds the workspace, so that it sees
+    # the project as the workload does (run.guard).
+    shadows: tuple[tuple[str, str], ...] = ()
+    # How many networks the run may create (each takes a subnet from the engine's pool,
+    # which all runs share).
+    max_networks: int = 8
 
 
 class Rules:
@@ -95,6 +109,7 @@ class Rules:
         self.scope = scope
         self.up = upstream
         self.owned_ids: set[str] = set()
+        self.networks = 0  # networks this run created
         self.lock = threading.Lock()
 
     # ownership ------------------------------------------------------------------------
@@ -188,11 +203,34 @@ class Rules:
         """Make what a create of KIND makes the run's (DOC rewritten), or refuse it."""
         if kind == "container":
             return self.container_create(doc)
-        if kind == "network":
-            drv = gojson.field(doc, "Driver") or "bridge"
-            if drv != "bridge":
-                return deny(f"network driver {drv!r} refused (only bridge networks)")
+        if kind == "network" and (d := self.network_create(doc)) is not None:
+            return d
         self.add_labels(doc)
+        return None
+
+    def network_create(self, doc: dict[str, Any]) -> Decision | None:
+        """Only bridge networks with kooi's own settings: the engine names the bridge
+        (outside the host's rules for docker0/br-*, or an existing bridge taken over,
+        with driver options) and takes the subnet from its pool (an IPAM subnet of the
+        workload's choosing can shadow kooi's own addresses); a bounded number per run."""
+        drv = gojson.field(doc, "Driver") or "bridge"
+        if drv != "bridge":
+            return deny(f"network driver {drv!r} refused (only bridge networks)")
+        for key, value in doc.items():
+            name = gojson.fold(key)
+            if name in NETWORK_FIELDS or is_unset(value):
+                continue
+            if name == "ipam" and isinstance(value, dict) and all(
+                    is_unset(v) or (gojson.fold(k) == "driver" and v == "default") for k, v in value.items()):
+                continue
+            return deny(f"network create: {key} refused (the engine chooses the bridge, its options and the "
+                        "subnet; only Name, Driver bridge, Internal, Attachable, Labels and CheckDuplicate may be "
+                        "set)")
+        with self.lock:
+            if self.networks >= self.scope.max_networks:
+                return deny(f"network create refused: this run created {self.networks} networks, the most a run "
+                            "may (their subnets come from one pool that every run shares)")
+            self.networks += 1
         return None
 
     def container_create(self, doc: dict[str, Any]) -> Decision | None:
@@ -232,6 +270,7 @@ class Rules:
                     eps[self.scope.network] = eps.pop(net)
                 elif (d := self.network_ok(net)) is not None:
                     return d
+        shadowed: list[tuple[str, bool]] = []  # (target, read-only) of every bind of the workspace
         binds = gojson.field(hc, "Binds")
         if isinstance(binds, list):
             out: list[str] = []
@@ -241,6 +280,9 @@ class Rules:
                 src, _, rest = b.partition(":")
                 if src.startswith("/"):
                     src = self.host_path(src)
+                    if self.is_workspace(src):
+                        target, _, opts = rest.partition(":")
+                        shadowed.append((target, "ro" in opts.lower().split(",")))
                 elif src and (d := self.ensure_volume(src)) is not None:
                     return d
                 out.append(f"{src}:{rest}" if rest else src)
@@ -256,9 +298,24 @@ class Rules:
                     continue
                 if mtype == "bind":
                     gojson.set_field(m, "Source", self.host_path(src))
+                    if self.is_workspace(self.host_path(src)) and isinstance(gojson.field(m, "Target"), str):
+                        shadowed.append((gojson.field(m, "Target"), bool(gojson.field(m, "ReadOnly"))))
                 elif mtype == "volume" and src and (d := self.ensure_volume(src)) is not None:
                     return d
+        if shadowed and self.scope.shadows:
+            if mounts is None:
+                gojson.set_field(hc, "Mounts", mounts := [])
+            if not isinstance(mounts, list):
+                return None
+            for target, ro in shadowed:
+                mounts.extend({"Type": "bind", "Source": copy, "Target": f"{target.rstrip('/')}/{rel}", "ReadOnly": ro}
+                              for rel, copy in self.scope.shadows)
         return None
+
+    def is_workspace(self, host_src: str) -> bool:
+        """HOST_SRC (a translated bind source) is the workspace itself."""
+        root = self.scope.path_map.get("/workspace")
+        return root is not None and host_src.rstrip("/") == root.rstrip("/")
 
     def force_limits(self, hc: dict[str, Any]) -> None:
         """The run's limits on a container that names none (0 is the docker CLI's "not
@@ -274,12 +331,37 @@ class Rules:
         ulimits = gojson.field(hc, "Ulimits") or []
         if not isinstance(ulimits, list):
             return  # the policy refuses it
-        named = {gojson.field(u, "Name") for u in ulimits if isinstance(u, dict)}
+        named = {str(gojson.field(u, "Name")).strip().lower() for u in ulimits if isinstance(u, dict)}
         for key, value in lim.items():
             if key.startswith("ulimit:") and key[len("ulimit:"):] not in named:
                 ulimits.append({"Name": key[len("ulimit:"):], "Soft": value, "Hard": value})
         if ulimits:
             gojson.set_field(hc, "Ulimits", ulimits)
+        if TMPFS_TOTAL in lim:
+            self.force_tmpfs_sizes(hc, lim[TMPFS_TOTAL])
+
+    @staticmethod
+    def force_tmpfs_sizes(hc: dict[str, Any], total: int) -> None:
+        """Each tmpfs that names no size gets an equal share of what the named ones
+        leave of TOTAL (the run's memory; the kernel's default is half the host's
+        memory); the policy checks the sum."""
+        found, err = tmpfs_sizes(hc)
+        unsized = sum(1 for _, size in found if size is None)
+        if err or not unsized:
+            return
+        share = max((total - sum(size or 0 for _, size in found)) // unsized, 1 << 20)
+        tmpfs = gojson.field(hc, "Tmpfs")
+        if isinstance(tmpfs, dict):
+            for target, opts in tmpfs.items():
+                if isinstance(opts, str) and not any(o.strip().lower().startswith("size=") for o in opts.split(",")):
+                    tmpfs[target] = ",".join(o for o in (opts, f"size={share}") if o)
+        for m in gojson.field(hc, "Mounts") or []:
+            if isinstance(m, dict) and str(gojson.field(m, "Type") or "").lower() == "tmpfs":
+                to = gojson.field(m, "TmpfsOptions")
+                if to is None:
+                    gojson.set_field(m, "TmpfsOptions", to := {})
+                if isinstance(to, dict) and not gojson.field(to, "SizeBytes"):
+                    gojson.set_field(to, "SizeBytes", share)
 
     def filter_query(self, uri: str) -> str:
         """Add the run's label to a listing's filters (both filter encodings)."""
@@ -372,6 +454,9 @@ class Broker:
         hit = route(req.method, path)
         run = hit.route.run if hit else None
         if isinstance(run, Refuse):
+            return deny(run.reason), req
+        if isinstance(run, RefuseWith) and run.param in dict(
+                urllib.parse.parse_qsl(req.uri.partition("?")[2], keep_blank_values=True)):
             return deny(run.reason), req
         if isinstance(run, Scoped):
             # Listings show the run's objects only; Testcontainers prunes its session's

@@ -376,7 +376,8 @@ def _broker(args: argparse.Namespace) -> int:
     scope = broker.RunScope(args.run_id, labels, network=args.network,
                             path_map={"/workspace": args.workspace} if args.map_workspace else {},
                             limits=dict(ceilings))
-    b = broker.Broker(args.socket, upstream, Policy(workspace=args.workspace, limits=dict(ceilings)), scope,
+    b = broker.Broker(args.socket, upstream, Policy(workspace=args.workspace, limits=dict(ceilings), whole_roots=True),
+                      scope,
                       log=lambda m: print(f"kooi broker: {m}", file=sys.stderr, flush=True))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -119,6 +119,14 @@ class Policy:
     limits: dict[str, int] = dataclasses.field(default_factory=dict, compare=False)
     limits_are: str = "the run's limit"  # what refusals call them
     max_body: int = MAX_BODY
+    # Bind sources may be only the roots themselves (the workspace and the further roots)
+    # and FIXED_SOURCES, never a path below a root: a broker's policy. The engine records
+    # a bind's source at create and resolves it again, following symlinks, at every start;
+    # below the workspace root the workload can swap any part of the path for a symlink
+    # in between (measured: the runner's home and the engine's own socket), above it
+    # it can change nothing.
+    whole_roots: bool = False
+    fixed_sources: tuple[str, ...] = ()  # kooi's own copies (the guard's shadows), exactly
     resolve: Callable[[str], str] = dataclasses.field(default=os.path.realpath, compare=False)
     is_socket: Callable[[str], bool] | None = dataclasses.field(default=None, compare=False)
 
@@ -200,12 +208,45 @@ def _check_bind_source(src: str, policy: Policy, what: str) -> Decision | None:
         return deny(f"{what}: socket mount {src} refused (no engine or other socket may enter a container)")
     if policy.workspace is None:
         return deny(f"{what}: bind mount of {src} refused (this run has no workspace binds)")
+    if policy.whole_roots:
+        return _check_whole_root(src, policy, what)
     real = policy.resolve(src)
     roots = [policy.resolve(w) for w in (policy.workspace, *policy.extra_workspaces)]
     if not any(real == ws or real.startswith(ws.rstrip("/") + "/") for ws in roots):
         return deny(f"{what}: bind source {src} resolves to {real}, outside the workspace {' or '.join(roots)}")
     if policy.socket(real):
         return deny(f"{what}: socket mount {src} refused")
+    return None
+
+
+def _check_whole_root(src: str, policy: Policy, what: str) -> Decision | None:
+    """Policy.whole_roots: SRC must be a root itself (string equality: the engine gets
+    exactly this string) whose path has no symlink, or one of kooi's fixed sources."""
+    path = src.rstrip("/") or "/"
+    if path in policy.fixed_sources:
+        return None
+    roots = [r.rstrip("/") for r in (policy.workspace, *policy.extra_workspaces) if r]
+    if path in roots:
+        if policy.resolve(path) != path:
+            return deny(f"{what}: bind source {src} is reached through a symlink ({policy.resolve(path)}), refused")
+        return None
+    return deny(f"{what}: bind source {src} is below the workspace root, refused (the engine resolves a bind's "
+                "source again when the container starts, and below the root the workload can swap any part of "
+                "it for a symlink in between): bind the whole workspace, or copy files into the "
+                "container (Testcontainers: withCopyFileToContainer, with_copy_into_container/copy_to_container, "
+                "copyFilesToContainer)")
+
+
+BIND_PROPAGATION = ("shared", "rshared", "slave", "rslave")
+
+
+def _bind_options(opts: str, what: str) -> Decision | None:
+    """A Binds entry's options (after the target): no propagation that shares mounts
+    between the container and the host in either direction."""
+    for opt in opts.split(","):
+        if opt.strip().lower() in BIND_PROPAGATION:
+            return deny(f"{what}: bind propagation {opt!r} refused (mounts would cross between the container "
+                        "and the host)")
     return None
 
 
@@ -222,13 +263,107 @@ def _check_mounts(mounts: list[Any], policy: Policy) -> Decision | None:
                 return deny(f"Mounts: bind source {src!r} is not absolute")
             if (d := _check_bind_source(src, policy, "Mounts")) is not None:
                 return d
+            bo = field(m, "BindOptions")
+            prop = field(bo, "Propagation") if isinstance(bo, dict) else None
+            if bo is not None and not isinstance(bo, dict):
+                return deny("Mounts: BindOptions must be an object")
+            if isinstance(prop, str) and (d := _bind_options(prop, "Mounts")) is not None:
+                return d
         elif mtype == "volume":
             vo = field(m, "VolumeOptions")
             dc = field(vo, "DriverConfig") if isinstance(vo, dict) else None
             if isinstance(dc, dict) and (field(dc, "Options") or (field(dc, "Name") not in (None, "", "local"))):
                 return deny("Mounts: volume driver options are refused (o=bind reaches host paths)")
-        elif mtype != "tmpfs":
+            if isinstance(vo, dict) and field(vo, "Subpath"):
+                return deny("Mounts: volume Subpath refused (a path inside a volume the workload writes is "
+                            "resolved again at start)")
+        elif mtype == "tmpfs":
+            to = field(m, "TmpfsOptions")
+            if to is not None and not isinstance(to, dict):
+                return deny("Mounts: TmpfsOptions must be an object")
+            extra = [k for k in to or {} if fold(k) not in ("sizebytes", "mode")]
+            if extra:
+                return deny(f"Mounts: TmpfsOptions {', '.join(extra)} refused (only SizeBytes and Mode)")
+        else:
             return deny(f"Mounts: type {mtype!r} refused")
+    return None
+
+
+# What a tmpfs may be mounted with (HostConfig.Tmpfs options; the kernel parses the
+# rest): size only as a plain decimal number with a k/m/g suffix, since the kernel reads
+# `size=0` and `nr_blocks=0` as unlimited, `size=50%` as a share of the host's memory, and
+# a leading 0 or 0x as octal or hex.
+TMPFS_FLAGS = frozenset({"rw", "ro", "exec", "noexec", "suid", "nosuid", "dev", "nodev", "atime", "noatime",
+                         "relatime", "norelatime", "strictatime", "nostrictatime", "diratime", "nodiratime",
+                         "tmpcopyup", "notmpcopyup", "private", "rprivate"})
+TMPFS_VALUES = frozenset({"size", "mode", "uid", "gid"})
+TMPFS_SIZE = re.compile(r"[1-9][0-9]{0,15}([kmg]?)", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def tmpfs_bytes(text: str) -> int | None:
+    """A tmpfs size= value in bytes, or None where it is not one kooi accepts."""
+    m = TMPFS_SIZE.fullmatch(text.strip())
+    return int(m.group(0)[: len(m.group(0)) - len(m.group(1))]) * _UNITS[m.group(1).lower()] if m else None
+
+
+TMPFS_TOTAL = "tmpfs:total"  # Policy.limits key: what all tmpfs of one container may hold together
+
+
+def tmpfs_sizes(hc: dict[str, Any]) -> tuple[list[tuple[str, int | None]], str | None]:
+    """Every tmpfs of a create's HostConfig HC (the Tmpfs map, Mounts of type tmpfs, an
+    explicit ShmSize) as (what, size in bytes or None where none is named), or why one
+    cannot be read."""
+    out: list[tuple[str, int | None]] = []
+    tmpfs = field(hc, "Tmpfs")
+    if tmpfs is not None and not isinstance(tmpfs, dict):
+        return out, "Tmpfs must be an object"
+    for target, opts in (tmpfs or {}).items():
+        if not isinstance(opts, str):
+            return out, f"Tmpfs {target}: options must be a string"
+        sizes: list[int | None] = []
+        for opt in (o.strip() for o in opts.split(",") if o.strip()):
+            key, eq, value = opt.partition("=")
+            if key.lower() == "size" and eq:
+                sizes.append(tmpfs_bytes(value))
+            elif not (key.lower() in TMPFS_VALUES and eq and value) and opt.lower() not in TMPFS_FLAGS:
+                return out, (f"Tmpfs {target}: option {opt!r} refused (allowed: size, mode, uid, gid and the mount "
+                             "flags)")
+        if len(sizes) > 1 or None in sizes:
+            return out, f"Tmpfs {target}: size must be given once, as a decimal number with k, m or g"
+        out.append((f"Tmpfs {target}", sizes[0] if sizes else None))
+    for m in field(hc, "Mounts") or []:
+        if isinstance(m, dict) and str(field(m, "Type") or "").lower() == "tmpfs":
+            to = field(m, "TmpfsOptions")
+            size = field(to, "SizeBytes") if isinstance(to, dict) else None
+            if size is not None and ((n := _int(size)) is None or n < 0):
+                return out, f"Mounts: tmpfs size {size!r} refused"
+            out.append((f"Mounts: tmpfs at {field(m, 'Target')}", size or None))
+    shm = field(hc, "ShmSize")
+    if shm not in (None, 0):
+        if (n := _int(shm)) is None or n < 0:
+            return out, f"ShmSize {shm!r} refused"
+        out.append(("ShmSize", n))
+    return out, None
+
+
+def _check_tmpfs(hc: dict[str, Any], policy: Policy) -> Decision | None:
+    """Every tmpfs of the container has a size, and together they stay within the
+    run's memory (memory in a tmpfs is held by no process: no per-process limit sees
+    it, and without a memory cgroup nothing else does)."""
+    found, err = tmpfs_sizes(hc)
+    if err:
+        return deny(err)
+    top = policy.limits.get(TMPFS_TOTAL)
+    if top is None:
+        return None
+    for what, size in found:
+        if size is None:
+            return deny(f"{what}: a tmpfs without a size refused (the kernel gives it half the host's memory)")
+    total = sum(size or 0 for _, size in found)
+    if total > top:
+        return deny(f"tmpfs sizes of {total} bytes together refused ({', '.join(w for w, _ in found)}; above "
+                    f"{policy.limits_are} of {top} bytes of memory)")
     return None
 
 
@@ -243,7 +378,7 @@ def _check_limits(doc: dict[str, Any], what: str, limits: dict[str, int], whose:
     """Values above LIMITS (the run's; absent or 0 is "not set": a broker forces the
     run's own on create, an update keeps the container's)."""
     for key, top in limits.items():
-        if key.startswith("ulimit:"):
+        if ":" in key:  # ulimit:NAME, tmpfs:total
             continue
         v = field(doc, key)
         if v is None or v == 0:
@@ -259,7 +394,8 @@ def _check_limits(doc: dict[str, Any], what: str, limits: dict[str, int], whose:
     for u in field(doc, "Ulimits") or []:
         if not isinstance(u, dict):
             return deny(f"{what}: Ulimits entries must be objects")
-        ceiling = limits.get(f"ulimit:{field(u, 'Name')}")
+        # The engine upper-cases the name (RLIMIT_NPROC): `NPROC` is `nproc`.
+        ceiling = limits.get(f"ulimit:{str(field(u, 'Name')).strip().lower()}")
         for key in ("Soft", "Hard"):
             v = field(u, key)
             if ceiling is not None and v is not None and ((n := _int(v)) is None or n > ceiling):
@@ -309,6 +445,10 @@ def _check_bounds(doc: dict[str, Any], what: str, policy: Policy | None = None) 
         if driver not in (None, *LOG_DRIVERS):
             return deny(f"{what}: log driver {driver!r} refused (the daemon would send the logs where the "
                         "workload says, past the egress rules)")
+        opts = field(log, "Config") if isinstance(log, dict) else None
+        if opts:
+            return deny(f"{what}: log options {sorted(opts) if isinstance(opts, dict) else opts!r} refused (the "
+                        "engine's own bound the log's size: kooi_docker_log_max_size)")
     if field(doc, "Annotations"):
         return deny(f"{what}: Annotations refused (they reach the OCI runtime)")
     driver = field(doc, "VolumeDriver")
@@ -353,13 +493,20 @@ def _check_host_config(hc: dict[str, Any], policy: Policy) -> Decision:
         return deny("Runtime must be a string")
     if runtime and runtime not in policy.runtimes:
         return deny(f"runtime {runtime!r} refused (allowed: {', '.join(policy.runtimes)})")
+    if field(hc, "Links"):
+        return deny("Links refused (legacy links name other containers, resolved again at start)")
+    if (d := _check_tmpfs(hc, policy)) is not None:
+        return d
     binds = field(hc, "Binds") or []
     if not isinstance(binds, list):
         return deny("Binds must be a list")
     for b in binds:
         if not isinstance(b, str):
             return deny("Binds entries must be strings")
-        if (d := _check_bind_source(b.split(":", 1)[0], policy, "Binds")) is not None:
+        src, _, rest = b.partition(":")
+        if (d := _check_bind_source(src, policy, "Binds")) is not None:
+            return d
+        if (d := _bind_options(rest.partition(":")[2], "Binds")) is not None:
             return d
     mounts = field(hc, "Mounts") or []
     if not isinstance(mounts, list):
@@ -372,6 +519,12 @@ def _unset(v: Any) -> bool:
     """What the engine reads as "not set" in every host field: JSON null, false, 0, "".
     An empty list is not: `MaskedPaths: []` unmasks /proc (nil keeps the defaults)."""
     return v is None or v is False or (not isinstance(v, bool) and v in (0, ""))
+
+
+def is_unset(v: Any) -> bool:
+    """Not set at all: null, false, 0, "", an empty object or list (fields where empty
+    means the engine's default)."""
+    return _unset(v) or v == {} or v == []
 
 
 def _container_create(doc: dict[str, Any], policy: Policy) -> Decision:
@@ -394,10 +547,25 @@ def _container_create(doc: dict[str, Any], policy: Policy) -> Decision:
 def _exec_create(doc: dict[str, Any], policy: Policy) -> Decision:
     if _truthy(field(doc, "Privileged")):
         return deny("privileged exec is refused")
-    user = str(field(doc, "User") or "").strip()
-    if user.split(":", 1)[0] in ("root", "0"):
+    user = field(doc, "User")
+    if user is not None and not isinstance(user, str):
+        return deny("exec create: User must be a string")
+    if is_root_user(user or ""):
         return deny(f"exec as {user} is refused")
     return ALLOW
+
+
+NUMERIC_ID = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+def is_root_user(user: str) -> bool:
+    """USER (`name`, `uid`, `name:group`, `uid:gid`) names root as the engine reads it:
+    a number as Go's strconv.Atoi parses it (`00`, `+0`, `-0` are 0), the group too."""
+    for part in user.split(":", 1):
+        p = part.strip()
+        if p == "root" or (NUMERIC_ID.fullmatch(p) and int(p) == 0):
+            return True
+    return False
 
 
 def _volume_create(doc: dict[str, Any], policy: Policy) -> Decision:
@@ -475,6 +643,14 @@ class Owned:
     container_field: str | None = None
 
 
+@dataclass(frozen=True)
+class RefuseWith:
+    """Refused (by the broker) when the query carries PARAM, for REASON."""
+
+    param: str
+    reason: str
+
+
 SCOPED = Scoped()
 
 
@@ -483,7 +659,7 @@ class Route:
     methods: tuple[str, ...]                          # () for any
     path: str                                         # a kooi.routes template
     policy: Refuse | Body | None = None               # None: allowed
-    run: Refuse | Scoped | Created | Owned | None = None  # None: nothing the run must own
+    run: Refuse | RefuseWith | Scoped | Created | Owned | None = None  # None: nothing the run must own
     hijack: bool = False                              # the engine takes the connection over
 
     @property
@@ -500,6 +676,10 @@ SESSIONS = "session endpoints are refused (they carry builds the policy cannot i
 GRPC = "gRPC endpoints are refused (the policy cannot inspect them)"
 PRUNES = "this prune endpoint is refused (it reaches other runs' objects)"
 IMAGE_REMOVAL = "removing images is refused (the pinned images are shared)"
+# Images are the engine's, shared by every run and outliving each: a run may use them
+# and pull (the registry decides what a name holds), not make or re-point one.
+IMAGES_OUTLIVE = ("is refused (an image outlives the run, and a tag re-pointed here would change what every later "
+                  "run's Testcontainers starts)")
 
 # The first row whose methods and path match a request decides, for both columns; a
 # request no row matches is allowed and reaches nothing the run must own. Paths are
@@ -535,7 +715,10 @@ API: Table[Route] = Table([
     Route(ANY, "/containers/{json|create}"),
     Route(POST, "/containers/{id}/attach", run=Owned("container"), hijack=True),
     Route(ANY, "/containers/{id}/**", run=Owned("container")),
-    Route(POST, "/commit", run=Owned("container", query="container")),
+    Route(ANY, "/commit", run=Refuse(f"committing a container {IMAGES_OUTLIVE}")),
+    Route(ANY, "/images/load", run=Refuse(f"loading images {IMAGES_OUTLIVE}")),
+    Route(ANY, "/images/create", run=RefuseWith("fromSrc", f"importing an image {IMAGES_OUTLIVE}")),
+    Route(POST, "/images/{name}/**", run=Refuse(f"tagging or pushing an image {IMAGES_OUTLIVE}")),
     Route(POST, "/exec/{id}/start", run=Owned("exec"), hijack=True),
     Route(ANY, "/exec/{id}/**", run=Owned("exec")),
     Route(ANY, "/networks/create"),

@@ -238,7 +238,7 @@ def decide(b: Broker, method: str, uri: str, doc=None):
     ("POST", "/exec/other-exec/start", "container 'other-c' was not created by this run"),
     ("DELETE", "/networks/other-net", "network 'other-net' was not created by this run"),
     ("DELETE", "/volumes/other-vol", "volume 'other-vol' was not created by this run"),
-    ("POST", "/commit?container=other-1", "container 'other-1' was not created by this run"),
+    ("POST", "/commit?container=other-1", "committing a container is refused"),
     ("POST", "/containers/create", "create: the request arrived without a body"),
     ("POST", "/containers/mine-1/exec", "exec: the request arrived without a body"),
     ("POST", "/v1.41/containers%2Fcreate", "percent-encoded request paths are refused"),
@@ -369,3 +369,53 @@ def test_a_gvisor_run_puts_every_container_under_runsc_and_refuses_other_runtime
     assert d.allow and "Runtime" not in json.loads(req.body)["HostConfig"]
     d, _ = decide(broker()[0], "POST", "/containers/create", {"Image": "x", "HostConfig": {"Runtime": "runsc"}})
     assert not d.allow and d.reason.startswith("runtime 'runsc' refused"), d.reason
+
+
+# --- issue 28: shadows, networks, images ----------------------------------------------
+
+
+def test_a_container_binding_the_workspace_gets_the_guards_shadows():
+    b, _ = broker(shadows=(("/.git/hooks".lstrip("/"), "/runs/sh/hooks"), (".git/config", "/runs/sh/config")))
+    doc = {"Image": "x", "HostConfig": {"Binds": ["/workspace:/w:ro"],
+                                        "Mounts": [{"Type": "bind", "Source": "/workspace/", "Target": "/m"}]}}
+    assert b.rules.container_create(doc) is None
+    got = {(m["Target"], m["Source"], m["ReadOnly"]) for m in doc["HostConfig"]["Mounts"] if m["Target"] != "/m"}
+    assert got == {("/w/.git/hooks", "/runs/sh/hooks", True), ("/w/.git/config", "/runs/sh/config", True),
+                   ("/m/.git/hooks", "/runs/sh/hooks", False), ("/m/.git/config", "/runs/sh/config", False)}
+
+
+@pytest.mark.parametrize("doc,why", [
+    ({"Name": "n", "Options": {"com.docker.network.bridge.name": "kooi0"}}, "Options refused"),
+    ({"Name": "n", "IPAM": {"Config": [{"Subnet": "10.0.2.0/24"}]}}, "IPAM refused"),
+    ({"Name": "n", "IPAM": {"Driver": "other"}}, "IPAM refused"),
+    ({"Name": "n", "EnableIPv6": True}, "EnableIPv6 refused"),
+    ({"Name": "n", "ConfigFrom": {"Network": "x"}}, "ConfigFrom refused"),
+    ({"Name": "n", "Driver": "macvlan"}, "network driver 'macvlan' refused"),
+])
+def test_a_network_only_with_the_engines_own_settings(doc, why):
+    d, _ = decide(broker()[0], "POST", "/networks/create", doc)
+    assert not d.allow and why in d.reason, d.reason
+
+
+def test_networks_per_run_are_bounded():
+    b, _ = broker(max_networks=2)
+    ok = {"Name": "n", "CheckDuplicate": True, "Driver": "bridge", "Internal": True, "Attachable": False,
+          "Options": None, "IPAM": {"Driver": "default", "Config": [], "Options": {}}, "Labels": {"a": "b"}}
+    assert decide(b, "POST", "/networks/create", ok)[0].allow
+    assert decide(b, "POST", "/networks/create", ok)[0].allow
+    d, _ = decide(b, "POST", "/networks/create", ok)
+    assert not d.allow and "the most a run may" in d.reason
+
+
+@pytest.mark.parametrize("method,uri,allowed", [
+    ("POST", "/v1.41/images/kooi-probe:latest/tag?repo=postgres&tag=16", False),
+    ("POST", "/images/library/postgres/push", False),
+    ("POST", "/images/load?quiet=1", False),
+    ("POST", "/images/create?fromSrc=-&repo=x", False),
+    ("POST", "/commit?container=mine-1", False),
+    ("POST", "/images/create?fromImage=postgres&tag=16-alpine", True),
+    ("GET", "/images/kooi-probe:latest/json", True),
+])
+def test_images_are_used_and_pulled_never_made_or_repointed(method, uri, allowed):
+    d, _ = decide(broker()[0], method, uri)
+    assert d.allow == allowed, d.reason

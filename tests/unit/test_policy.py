@@ -455,3 +455,86 @@ def test_a_host_with_gvisor_allows_runsc_and_nothing_else_new():
         assert decide("POST", "/containers/create", create({"Runtime": name}), gvisor).allow, name
     for name in ("runsc-debug", "io.containerd.runsc.v1", "Runsc", "/usr/bin/runsc"):
         assert not decide("POST", "/containers/create", create({"Runtime": name}), gvisor).allow, name
+
+
+# --- what the engine resolves again at start, and bounds (issue 28) ------------------
+
+BROKER = Policy(workspace=WS, resolve=resolve, is_socket=lambda p: p in SOCKETS, whole_roots=True,
+                fixed_sources=("/var/lib/kooi/runs/shadows/r1/hooks",),
+                limits={"tmpfs:total": 256 << 20, "ulimit:nproc": 512})
+
+
+@pytest.mark.parametrize("src,allowed", [
+    (WS, True), (f"{WS}/", True), ("/var/lib/kooi/runs/shadows/r1/hooks", True),
+    (f"{WS}/data", False), (f"{WS}/.", False), (f"{WS}/d/..", False), (f"{WS}//d", False), (f"{WS}/.git", False),
+    ("/var/lib/kooi/runs/shadows/r1", False), ("/etc", False),
+])
+def test_a_broker_binds_only_the_workspace_itself(src, allowed):
+    for body in (create({"Binds": [f"{src}:/w"]}),
+                 create({"Mounts": [{"Type": "bind", "Source": src, "Target": "/w"}]})):
+        d = decide("POST", "/containers/create", body, BROKER)
+        assert d.allow == allowed, d.reason
+        if not allowed and src.startswith(WS):
+            assert "below the workspace root" in d.reason and "withCopyFileToContainer" in d.reason
+
+
+def test_a_workspace_reached_through_a_symlink_is_refused():
+    pol = Policy(workspace=f"{WS}/sub-link", resolve=lambda p: p.replace("sub-link", "real"), whole_roots=True)
+    d = decide("POST", "/containers/create", create({"Binds": [f"{WS}/sub-link:/w"]}), pol)
+    assert not d.allow and "through a symlink" in d.reason
+
+
+@pytest.mark.parametrize("hc,why", [
+    ({"Binds": [f"{WS}:/w:rshared"]}, "bind propagation"),
+    ({"Binds": [f"{WS}:/w:ro,slave"]}, "bind propagation"),
+    ({"Mounts": [{"Type": "bind", "Source": WS, "Target": "/w", "BindOptions": {"Propagation": "shared"}}]},
+     "bind propagation"),
+    ({"Mounts": [{"Type": "volume", "Source": "v", "Target": "/v", "VolumeOptions": {"Subpath": "x"}}]}, "Subpath"),
+    ({"Tmpfs": {"/t": "size=64g"}}, "together refused"),
+    ({"Tmpfs": {"/t": "size=200m", "/u": "size=100m"}}, "together refused"),
+    ({"Tmpfs": {"/t": "size=100m"}, "ShmSize": 200 << 20}, "together refused"),
+    ({"Tmpfs": {"/t": "rw"}}, "without a size"),
+    ({"Tmpfs": {"/t": "size=0"}}, "size must be given once"),
+    ({"Tmpfs": {"/t": "size=010m"}}, "size must be given once"),
+    ({"Tmpfs": {"/t": "size=0x10000"}}, "size must be given once"),
+    ({"Tmpfs": {"/t": "size=50%"}}, "size must be given once"),
+    ({"Tmpfs": {"/t": "size=1m,size=64g"}}, "size must be given once"),
+    ({"Tmpfs": {"/t": "size=1m,nr_blocks=0"}}, "nr_blocks"),
+    ({"Tmpfs": {"/t": "size=1m,huge=always"}}, "huge"),
+    ({"Mounts": [{"Type": "tmpfs", "Target": "/t"}]}, "without a size"),
+    ({"Mounts": [{"Type": "tmpfs", "Target": "/t", "TmpfsOptions": {"SizeBytes": 1 << 40}}]}, "together refused"),
+    ({"Mounts": [{"Type": "tmpfs", "Target": "/t", "TmpfsOptions": {"SizeBytes": 1 << 20, "Options": [["x"]]}}]},
+     "TmpfsOptions Options refused"),
+    ({"ShmSize": 1 << 40}, "together refused"),
+    ({"LogConfig": {"Type": "json-file", "Config": {"max-size": "100g"}}}, "log options"),
+    ({"LogConfig": {"Type": "", "Config": {"max-file": "1000"}}}, "log options"),
+    ({"Ulimits": [{"Name": "NPROC", "Soft": 100000, "Hard": 100000}]}, "Ulimits 'NPROC'"),
+    ({"Ulimits": [{"Name": " nproc", "Soft": 100000, "Hard": 100000}]}, "Ulimits ' nproc'"),
+    ({"Links": ["other:db"]}, "Links refused"),
+])
+def test_a_broker_bounds_what_the_engine_would_take_without_limit(hc, why):
+    d = decide("POST", "/containers/create", create(hc), BROKER)
+    assert not d.allow and why in d.reason, d.reason
+
+
+@pytest.mark.parametrize("hc", [
+    {"Tmpfs": {"/t": "rw,noexec,nosuid,size=128m,mode=1777"}, "ShmSize": 64 << 20},
+    {"Tmpfs": {"/t": "size=100m", "/u": "size=156m"}},
+    {"Mounts": [{"Type": "tmpfs", "Target": "/t", "TmpfsOptions": {"SizeBytes": 1 << 20, "Mode": 0o700}}]},
+    {"LogConfig": {"Type": "", "Config": {}}},
+    {"Ulimits": [{"Name": "NPROC", "Soft": 512, "Hard": 512}]},
+    {"Binds": [f"{WS}:/w:ro"]},
+])
+def test_a_broker_allows_what_stays_within(hc):
+    d = decide("POST", "/containers/create", create(hc), BROKER)
+    assert d.allow, d.reason
+
+
+@pytest.mark.parametrize("user,root", [
+    ("root", True), ("0", True), ("00", True), ("+0", True), ("-0", True), (" 0 ", True), ("0:0", True),
+    ("1000:0", True), ("1000:00", True), ("nobody:root", True),
+    ("", False), ("1000", False), ("1000:1000", False), ("postgres", False), ("ROOT", False), ("0x0", False),
+])
+def test_exec_users_are_read_as_the_engine_reads_them(user, root):
+    d = decide("POST", "/containers/c1/exec", json.dumps({"User": user, "Cmd": ["id"]}).encode(), POLICY)
+    assert d.allow != root, d.reason

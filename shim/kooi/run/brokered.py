@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from pathlib import Path
 from typing import Any
 
 from .. import labels
@@ -50,10 +51,13 @@ class BrokeredEngine:
         self.network: dict[str, Any] | None = None  # its inspection
         self.gateway: str | None = None
 
-    def open(self, body: dict[str, Any], limits: dict[str, int] | None = None) -> None:
+    def open(self, body: dict[str, Any], limits: dict[str, int] | None = None,
+             shadows: list[tuple[str, Path]] | None = None) -> None:
         """Create the run's network and broker, and point the workload's create BODY at
         them. LIMITS: the run's (run.limits.Plan.ceilings), forced on and the most for
-        every container the workload starts."""
+        every container the workload starts. SHADOWS: the guard's throwaway copies
+        (path in the project, copy), mounted over the same paths in every container of
+        the run that binds the workspace."""
         from .. import broker, egress
         from ..policy import Policy
 
@@ -73,13 +77,17 @@ class BrokeredEngine:
                                 network=name,
                                 socket_aliases=(ENGINE_SOCKET,), path_map={WORKSPACE: str(self.project)})
         scope.apparmor = self.apparmor
+        scope.shadows = tuple((rel, str(copy)) for rel, copy in shadows or [])
         scope.limits = dict(limits or {})
         runtimes: tuple[str, ...] = Policy.runtimes
         if self.gvisor and self.cfg.gvisor is not None:
             scope.runtime = self.cfg.gvisor.runtime
             runtimes = (scope.runtime,)
+        # Binds only of the workspace itself (and the shadows): what the engine resolves
+        # again at start must be nothing the workload can change (policy.Policy.whole_roots).
         policy = Policy(workspace=str(self.project), apparmor_profiles=(self.apparmor,) if self.apparmor else (),
-                        limits=dict(limits or {}), runtimes=runtimes)
+                        limits=dict(limits or {}), runtimes=runtimes, whole_roots=True,
+                        fixed_sources=tuple(copy for _, copy in scope.shadows))
         self.broker = broker.Broker(str(path), self.cfg.socket, policy, scope, log=self.log.note)
         self.broker.start(mode=0o666)
         host_config = body["HostConfig"]

@@ -62,6 +62,10 @@ class Plan:
         """The bounds of what the run's workload starts through its broker (policy.Policy.limits)."""
         out = {k: int(v) for k, v in self.host_config.items() if k in ("Memory", "MemorySwap", "PidsLimit", "NanoCpus")}
         out.update({f"ulimit:{n}": v for n, v in self.rlimits.items()})
+        if "memory" in self.values:
+            # Memory in a tmpfs belongs to no process: bounded by the run's memory
+            # whether or not the engine has a memory cgroup.
+            out["tmpfs:total"] = size(self.values["memory"])
         return out
 
     def summary(self) -> str:
@@ -203,7 +207,7 @@ def host_ceilings(cfg: host_limits.LimitsConfig) -> dict[str, int]:
     mx = cfg.max
     if "memory" in mx:
         mem = size(mx["memory"])
-        out.update({"Memory": mem, "MemorySwap": mem, "ulimit:data": mem})
+        out.update({"Memory": mem, "MemorySwap": mem, "ulimit:data": mem, "tmpfs:total": mem})
     if "pids" in mx:
         out.update({"PidsLimit": int(mx["pids"]), "ulimit:nproc": int(mx["pids"])})
     if "cpus" in mx:

@@ -1,0 +1,255 @@
+"""The hostile suite, part 1 (issue 28): a `testcontainers: true` workload attacks the
+engine API through its run's broker, one test per class of attack a review found,
+and the host is checked for harm afterwards (or while the run runs, where the harm
+would only last as long as the run). Runs on this machine's rootless engine (local
+end-to-end stage: `--hosts=local://`) and on the userns-remap test host (Molecule's
+verify: `--hosts=docker://HOST`).
+
+The workload is a Python script in the runner image talking HTTP to
+/run/kooi/docker.sock, as any client library does; it prints `HOSTILE name status
+message` per attempt. Nested containers use kooi-probe:latest (loaded by the quick
+start and by the verify playbook)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+import yaml
+
+from kooi.checks import Context
+
+WFDIR = "/var/lib/kooi/hostile-workflows"
+PROBE = "kooi-probe:latest"
+# The workload's side: one attempt per class; the host-side assertions are below.
+ATTACK = r"""
+import http.client, json, os, socket, sys, time
+class C(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX); self.sock.connect("/run/kooi/docker.sock")
+def call(method, path, doc=None, raw=None):
+    c = C("d"); body = raw if raw is not None else (json.dumps(doc) if doc is not None else None)
+    c.request(method, "/v1.41" + path, body, {"Content-Type": "application/json"})
+    r = c.getresponse(); data = r.read()
+    try: return r.status, json.loads(data or b"null")
+    except ValueError: return r.status, data.decode(errors="replace")
+def say(name, st, doc):
+    msg = doc.get("message", "") if isinstance(doc, dict) else ""
+    print(f"HOSTILE {name} {st} {msg}", flush=True)
+    return doc
+def create(name, hc, **top):
+    st, doc = call("POST", "/containers/create", {"Image": PROBE, "Cmd": top.pop("cmd", ["sleep", "60"]),
+                                                  "HostConfig": hc, **top})
+    say(name, st, doc)
+    return doc.get("Id") if st == 201 else None
+def run(cid, wait=True):
+    call("POST", f"/containers/{cid}/start")
+    if wait:
+        call("POST", f"/containers/{cid}/wait")
+PROBE = sys.argv[1]
+home = os.environ["HOSTILE_HOME"]
+# 1. a bind source swapped for a symlink between create and start
+os.makedirs("/workspace/d", exist_ok=True)
+cid = create("bind-swap", {"Binds": ["/workspace/d:/h"]},
+             cmd=["sh", "-c", "ls -a /h; echo pwned > /h/kooi-hostile-marker"])
+if cid:
+    os.rmdir("/workspace/d"); os.symlink(home, "/workspace/d")
+    run(cid)
+for p in ("/workspace/.", "/workspace/d/..", "/workspace//d"):
+    create(f"bind-path {p}", {"Binds": [f"{p}:/h"]})
+create("bind-propagation", {"Binds": ["/workspace:/w:rshared"]})
+# 2. the project seen by a nested container: git's hooks are the shadows
+cid = create("workspace-bind", {"Binds": ["/workspace:/w"]},
+             cmd=["sh", "-c", "mkdir -p /w/.git/hooks && printf '#!/bin/sh\ntouch /tmp/kooi-hostile-hook\n' "
+                  "> /w/.git/hooks/post-checkout && chmod +x /w/.git/hooks/post-checkout"])
+if cid:
+    run(cid)
+    print("HOSTILE hook-written", flush=True)
+    time.sleep(4)  # the host looks at the real .git/hooks meanwhile
+# 3. images that outlive the run
+say("image-tag", *call("POST", f"/images/{PROBE}/tag?repo=kooi-hostile-tag&tag=x"))
+cid = create("commit-source", {})
+if cid:
+    say("image-commit", *call("POST", f"/commit?container={cid}&repo=kooi-hostile-commit&tag=x"))
+say("image-load", *call("POST", "/images/load?quiet=1", raw=b"not a tar"))
+say("image-import", *call("POST", "/images/create?fromSrc=-&repo=kooi-hostile-import", raw=b"not a tar"))
+# 4./5. networks: driver options (the bridge's name), IPAM, how many
+say("network-options", *call("POST", "/networks/create", {"Name": "kooi-hostile-opt",
+    "Options": {"com.docker.network.bridge.name": "kooi0h"}}))
+say("network-ipam", *call("POST", "/networks/create", {"Name": "kooi-hostile-ipam",
+    "IPAM": {"Config": [{"Subnet": "10.0.2.0/24", "Gateway": "10.0.2.2"}]}}))
+for i in range(9):
+    say(f"network-{i}", *call("POST", "/networks/create", {"Name": f"kooi-hostile-n{i}", "CheckDuplicate": True,
+        "Driver": "bridge", "Internal": False, "Attachable": False, "EnableIPv6": False, "Options": {},
+        "IPAM": {"Driver": "default", "Config": [], "Options": {}}, "Labels": {"x": "y"}}))
+# 6. tmpfs and log options past the run's limits
+create("tmpfs-huge", {"Tmpfs": {"/t": "size=64g"}})
+create("tmpfs-zero", {"Tmpfs": {"/t": "size=0"}})
+create("tmpfs-percent", {"Tmpfs": {"/t": "size=50%"}})
+create("tmpfs-blocks", {"Tmpfs": {"/t": "nr_blocks=0"}})
+create("tmpfs-mount", {"Mounts": [{"Type": "tmpfs", "Target": "/t", "TmpfsOptions": {"SizeBytes": 64 << 30}}]})
+create("shm-huge", {"ShmSize": 64 << 30})
+cid = create("tmpfs-unsized", {"Tmpfs": {"/t": "rw"}})
+if cid:
+    print("HOSTILE tmpfs-forced " + json.dumps(call("GET", f"/containers/{cid}/json")[1]["HostConfig"]["Tmpfs"]))
+create("log-options", {"LogConfig": {"Type": "json-file", "Config": {"max-size": "100g"}}})
+# 7. exec as root, spelled otherwise
+cid = create("exec-target", {})
+if cid:
+    run(cid, wait=False)
+    for user in ("00", "+0", "0:0", "1000:00"):
+        say(f"exec-user {user}", *call("POST", f"/containers/{cid}/exec", {"User": user, "Cmd": ["id"]}))
+# 8. ulimit names in another case
+create("ulimit-case", {"Ulimits": [{"Name": "NPROC", "Soft": 1000000, "Hard": 1000000}]})
+print("HOSTILE done", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def ctx(host):
+    c = Context.from_host(host)
+    if "runner" not in (c.described(host, "images") or {}):
+        pytest.fail("no runner image pinned on this host: the hostile suite needs it")
+    if not host.run(f"runuser -u {c.runner} -- env DOCKER_HOST=unix://{c.engine.socket} "
+                    f"XDG_RUNTIME_DIR=/run/user/{c.engine.runner_uid} docker image inspect {PROBE}").succeeded:
+        pytest.fail(f"{PROBE} is not loaded into the runner's engine (the quick start and verify.yml load it)")
+    return c
+
+
+@pytest.fixture(scope="module")
+def attacked(host, ctx):
+    """One hostile run: (rc, output lines, result, what the host saw while it ran)."""
+    home = ctx.engine.runner_home
+    project = f"{home}/kooi-hostile/project"
+    doc = {"mode": "container", "image": "runner", "testcontainers": True, "timeout": 300,
+           "limits": {"memory": "256m", "pids": 512},
+           "environment": {"HOSTILE_HOME": home},
+           "command": ["python3", "-I", "-c", ATTACK, PROBE]}
+    text = yaml.safe_dump(doc, sort_keys=False)
+    host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/hostile-api.yml "
+             f"&& chmod 0644 {WFDIR}/hostile-api.yml")
+    host.run(f"rm -f {home}/kooi-hostile-marker /tmp/kooi-hostile-hook; rm -rf {home}/kooi-hostile")
+    host.run(f"runuser -u {ctx.runner} -- sh -c 'mkdir -p {project} && cd {project} && git init -q . "
+             f"&& git -c user.email=t@t -c user.name=t commit -q --allow-empty -m init'")
+    out, seen = "/var/lib/kooi/runs/hostile-api.json", "/var/lib/kooi/runs/hostile-api.seen"
+    script = f"""
+rm -f {out} {seen}
+KOOI_WORKFLOW_DIR={WFDIR} kooi run hostile-api --project {shlex.quote(project)} --json {out} \
+  > /var/lib/kooi/runs/hostile-api.out 2>&1 &
+pid=$!
+while kill -0 $pid 2>/dev/null; do
+  [ -e {project}/.git/hooks/post-checkout ] && echo "real hook written" >> {seen}
+  sleep 0.2
+done
+wait $pid; echo "rc=$?"
+"""
+    res = host.run(script)
+    rc = int(res.stdout.strip().rpartition("rc=")[2] or -1)
+    output = host.file("/var/lib/kooi/runs/hostile-api.out").content_string
+    result = json.loads(host.file(out).content_string) if host.file(out).exists else {}
+    during = host.file(seen).content_string if host.file(seen).exists else ""
+    lines = Lines(line for line in output.splitlines() if line.startswith("HOSTILE "))
+    assert "HOSTILE done" in output, f"the attack did not run to its end (rc {rc}):\n{output[-4000:]}"
+    return rc, lines, result, during, output
+
+
+class Lines(list):
+    """The workload's `HOSTILE name status message` lines; `lines[name]`: the first for NAME."""
+
+    def __getitem__(self, name):  # type: ignore[override]
+        if not isinstance(name, str):
+            return super().__getitem__(name)
+        found = [v for v in self if v.startswith(f"HOSTILE {name} ") or v == f"HOSTILE {name}"]
+        assert found, f"the workload printed nothing for {name}"
+        return found[0]
+
+
+def engine(host, ctx, cmd: str):
+    return host.run(f"runuser -u {ctx.runner} -- env DOCKER_HOST=unix://{ctx.engine.socket} "
+                    f"XDG_RUNTIME_DIR=/run/user/{ctx.engine.runner_uid} docker {cmd}")
+
+
+def refused(lines: Lines, name: str, why: str) -> None:
+    line = lines[name]
+    assert " 403 kooi broker: " in line and why in line, f"{name}: {line}"
+
+
+def test_a_bind_source_swapped_before_start_reaches_nothing(host, ctx, attacked):
+    """Finding 1: the workload creates a container binding /workspace/d, swaps d for a
+    symlink to the runner's home and starts it. Only the workspace itself may be bound."""
+    rc, lines, result, _, out = attacked
+    refused(lines, "bind-swap", "is below the workspace root")
+    assert not host.file(f"{ctx.engine.runner_home}/kooi-hostile-marker").exists, out[-3000:]
+    for p in ("/workspace/.", "/workspace/d/..", "/workspace//d"):
+        refused(lines, f"bind-path {p}", "below the workspace root")
+    refused(lines, "bind-propagation", "bind propagation")
+    assert any("below the workspace root" in r for r in result["broker"]["refusals"]), result["broker"]
+
+
+def test_a_nested_container_sees_the_shadows_not_the_real_git_hooks(host, ctx, attacked):
+    """Finding 2: a nested container binding the workspace wrote .git/hooks; the real
+    one would run on the host's next git checkout while the run still runs."""
+    rc, lines, result, during, out = attacked
+    assert " 201 " in lines["workspace-bind"] and lines["hook-written"], out[-3000:]
+    assert during == "", f"the project's real .git/hooks changed while the run ran: {during}"
+    project = f"{ctx.engine.runner_home}/kooi-hostile/project"
+    assert not host.file(f"{project}/.git/hooks/post-checkout").exists
+    refusals = json.dumps(result.get("project_guard"))
+    assert ".git/hooks" in refusals and "shadowed" in refusals, result.get("project_guard")
+
+
+def test_no_image_outlives_the_run(host, ctx, attacked):
+    """Finding 3: tag, commit, load and import would leave images (or re-point a tag
+    that later runs use)."""
+    rc, lines, result, _, _ = attacked
+    for name in ("image-tag", "image-commit", "image-load", "image-import"):
+        refused(lines, name, "outlives the run")
+    left = engine(host, ctx, "images --format '{{.Repository}}:{{.Tag}}'").stdout
+    assert "kooi-hostile" not in left, left
+
+
+def test_networks_only_with_the_engines_own_settings_and_bounded(host, ctx, attacked):
+    """Findings 4 and 5: bridge names and driver options, IPAM subnets of the
+    workload's choosing, and networks without end."""
+    rc, lines, result, _, _ = attacked
+    refused(lines, "network-options", "Options refused")
+    refused(lines, "network-ipam", "IPAM refused")
+    created = [n for n in (f"network-{i}" for i in range(9)) if " 201 " in lines[n]]
+    assert len(created) == 8, [lines[f"network-{i}"] for i in range(9)]
+    refused(lines, "network-8", "the most a run may")
+    left = engine(host, ctx, "network ls --format '{{.Name}}'").stdout
+    assert "kooi-hostile" not in left, left
+
+
+def test_tmpfs_and_logs_within_the_runs_limits(host, ctx, attacked):
+    """Finding 6: a tmpfs of any size (or unlimited: size=0, nr_blocks=0, a share of the
+    host's memory) and log options past the engine's bound."""
+    rc, lines, result, _, out = attacked
+    for name in ("tmpfs-huge", "tmpfs-mount", "shm-huge"):
+        refused(lines, name, "above the run's limit")
+    for name in ("tmpfs-zero", "tmpfs-percent"):
+        refused(lines, name, "size must be given once")
+    refused(lines, "tmpfs-blocks", "option 'nr_blocks=0' refused")
+    refused(lines, "log-options", "log options")
+    assert " 201 " in lines["tmpfs-unsized"], lines["tmpfs-unsized"]
+    forced = json.loads(lines["tmpfs-forced"].split(" ", 2)[2])
+    assert forced == {"/t": f"rw,size={256 << 20}"}, forced
+
+
+def test_exec_as_root_in_any_spelling_and_ulimit_names_in_any_case(host, ctx, attacked):
+    """Findings 7 and 8."""
+    rc, lines, result, _, _ = attacked
+    for user in ("00", "+0", "0:0", "1000:00"):
+        refused(lines, f"exec-user {user}", f"exec as {user} is refused")
+    refused(lines, "ulimit-case", "Ulimits 'NPROC'")
+
+
+def test_the_run_says_what_was_refused_and_leaves_nothing(host, ctx, attacked):
+    rc, lines, result, _, out = attacked
+    assert rc == 0 and result["reason"] == "ok", out[-3000:]
+    n = sum(1 for v in lines if " 403 kooi broker: " in v)
+    assert result["broker"]["refused"] >= n > 20, (n, result["broker"])
+    assert result["cleanup"]["failed"] == [], result["cleanup"]
+    left = engine(host, ctx, f"ps -aq --filter label=org.kooi.run={result['run_id']}").stdout.strip()
+    assert left == "", left
