@@ -230,11 +230,13 @@ def _check_whole_root(src: str, policy: Policy, what: str) -> Decision | None:
         if policy.resolve(path) != path:
             return deny(f"{what}: bind source {src} is reached through a symlink ({policy.resolve(path)}), refused")
         return None
+    if not any(path.startswith(r + "/") for r in roots):
+        return deny(f"{what}: bind source {src} is outside the workspace {' or '.join(roots)}")
     return deny(f"{what}: bind source {src} is below the workspace root, refused (the engine resolves a bind's "
                 "source again when the container starts, and below the root the workload can swap any part of "
                 "it for a symlink in between): bind the whole workspace, or copy files into the "
-                "container (Testcontainers: withCopyFileToContainer, with_copy_into_container/copy_to_container, "
-                "copyFilesToContainer)")
+                "container (Java withCopyFileToContainer, Node withCopyFilesToContainer, docker-py put_archive: "
+                "PUT /containers/{id}/archive)")
 
 
 BIND_PROPAGATION = ("shared", "rshared", "slave", "rslave")

@@ -4,12 +4,14 @@ must name: shared by the plugin (test_authz) and the broker (test_broker) tests.
 from __future__ import annotations
 
 
-def refused_runs(workspace: str) -> list[tuple[list[str], str]]:
+def refused_runs(workspace: str, below: str = "resolves to /etc") -> list[tuple[list[str], str]]:
+    """BELOW: the reason for a bind of a path below the workspace that resolves outside
+    it (the plugin resolves it; a broker binds nothing below the workspace root)."""
     return [
         (["--privileged"], "privileged containers are refused"),
         (["--cap-add", "SYS_ADMIN"], "added capabilities are refused"),
         (["-v", "/:/host"], "outside the workspace"),
-        (["-v", f"{workspace}/etc-link:/x"], "resolves to /etc"),
+        (["-v", f"{workspace}/etc-link:/x"], below),
         (["--pid", "host"], "PidMode=host"),
         (["--network", "host"], "NetworkMode=host"),
         (["--userns", "host"], "UsernsMode=host"),
