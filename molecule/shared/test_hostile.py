@@ -75,12 +75,17 @@ if cid:
 say("image-load", *call("POST", "/images/load?quiet=1", raw=b"not a tar"))
 say("image-import", *call("POST", "/images/create?fromSrc=-&repo=kooi-hostile-import", raw=b"not a tar"))
 # 4./5. networks: driver options (the bridge's name), IPAM, how many
-say("network-options", *call("POST", "/networks/create", {"Name": "kooi-hostile-opt",
+say("network-options", *call("POST", "/networks/create", {"Name": "hostile-opt",
     "Options": {"com.docker.network.bridge.name": "kooi0h"}}))
-say("network-ipam", *call("POST", "/networks/create", {"Name": "kooi-hostile-ipam",
+say("network-ipam", *call("POST", "/networks/create", {"Name": "hostile-ipam",
     "IPAM": {"Config": [{"Subnet": "10.0.2.0/24", "Gateway": "10.0.2.2"}]}}))
-for i in range(9):
-    say(f"network-{i}", *call("POST", "/networks/create", {"Name": f"kooi-hostile-n{i}", "CheckDuplicate": True,
+# a network named like one that exists (every use of the name becomes ambiguous): one
+# of the run's own, and a kooi- name (other runs' networks are kooi-RUNID)
+say("network-dup-base", *call("POST", "/networks/create", {"Name": "hostile-dup"}))
+say("network-dup-own", *call("POST", "/networks/create", {"Name": "hostile-dup", "CheckDuplicate": False}))
+say("network-dup-kooi", *call("POST", "/networks/create", {"Name": "kooi-xyz", "CheckDuplicate": False}))
+for i in range(8):
+    say(f"network-{i}", *call("POST", "/networks/create", {"Name": f"hostile-n{i}", "CheckDuplicate": True,
         "Driver": "bridge", "Internal": False, "Attachable": False, "EnableIPv6": False, "Options": {},
         "IPAM": {"Driver": "default", "Config": [], "Options": {}}, "Labels": {"x": "y"}}))
 # 6. tmpfs and log options past the run's limits
@@ -102,6 +107,45 @@ if cid:
         say(f"exec-user {user}", *call("POST", f"/containers/{cid}/exec", {"User": user, "Cmd": ["id"]}))
 # 8. ulimit names in another case
 create("ulimit-case", {"Ulimits": [{"Name": "NPROC", "Soft": 1000000, "Hard": 1000000}]})
+# 9. a second request on a connection the engine was to take over but did not (a
+# detached exec start; an error): the engine would read it as a request of its own
+def smuggle(name, first):
+    cid = create(f"{name}-target", {})
+    run(cid, wait=False)
+    st, ex = call("POST", f"/containers/{cid}/exec", {"Cmd": ["true"]})
+    if first == "error":
+        first = (f"POST /v1.41/exec/{ex['Id']}/start?x=1 HTTP/1.1\r\nHost: d\r\nContent-Type: application/json\r\n"
+                 "Content-Length: 9\r\n\r\nnot json!")
+    else:
+        body = json.dumps({"Detach": True, "Tty": False})
+        first = (f"POST /v1.41/exec/{ex['Id']}/start HTTP/1.1\r\nHost: d\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n{body}")
+    evil = json.dumps({"Image": PROBE, "Cmd": ["sh", "-c", "id > /h/kooi-hostile-smuggled"],
+                       "HostConfig": {"Binds": [f"{home}:/h"], "NetworkMode": "none"}})
+    second = (f"POST /v1.41/containers/create?name=kooi-hostile-{name} HTTP/1.1\r\nHost: d\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(evil)}\r\n\r\n{evil}")
+    s = socket.socket(socket.AF_UNIX); s.connect("/run/kooi/docker.sock"); s.settimeout(10)
+    s.sendall(first.encode()); time.sleep(1)
+    try:
+        s.sendall(second.encode())
+    except OSError:
+        pass  # the broker closed the connection after the answer
+    got = b""
+    try:
+        while chunk := s.recv(65536):
+            got += chunk
+    except OSError:
+        pass
+    s.close()
+    answers = [l.split(" ", 2)[1] for l in got.decode(errors="replace").split("\r\n") if l.startswith("HTTP/1.1 ")]
+    print(f"HOSTILE {name} {'+'.join(answers)}", flush=True)
+    st, _ = call("POST", f"/containers/kooi-hostile-{name}/start")
+    print(f"HOSTILE {name}-start {st}", flush=True)
+smuggle("smuggle-detached", "detached")
+smuggle("smuggle-error", "error")
+# 10. other runs' ids probed: the same answer whether they exist or not
+say("probe-missing", *call("GET", "/containers/0123456789ab/json"))
+say("probe-other", *call("GET", f"/containers/{os.environ['HOSTILE_OTHER']}/json"))
 print("HOSTILE done", flush=True)
 """
 
@@ -122,14 +166,19 @@ def attacked(host, ctx):
     """One hostile run: (rc, output lines, result, what the host saw while it ran)."""
     home = ctx.engine.runner_home
     project = f"{home}/kooi-hostile/project"
+    # A container of someone else's (the engine's owner's), whose id the workload probes.
+    engine(host, ctx, "rm -f kooi-hostile-other")
+    other = engine(host, ctx, f"create --name kooi-hostile-other --network none {PROBE} true").stdout.strip()
+    assert other, "could not create the other container"
     doc = {"mode": "container", "image": "runner", "testcontainers": True, "timeout": 300,
            "limits": {"memory": "256m", "pids": 512},
-           "environment": {"HOSTILE_HOME": home},
+           "environment": {"HOSTILE_HOME": home, "HOSTILE_OTHER": other},
            "command": ["python3", "-I", "-c", ATTACK, PROBE]}
     text = yaml.safe_dump(doc, sort_keys=False)
     host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/hostile-api.yml "
              f"&& chmod 0644 {WFDIR}/hostile-api.yml")
-    host.run(f"rm -f {home}/kooi-hostile-marker /tmp/kooi-hostile-hook; rm -rf {home}/kooi-hostile")
+    host.run(f"rm -f {home}/kooi-hostile-marker {home}/kooi-hostile-smuggled /tmp/kooi-hostile-hook; "
+             f"rm -rf {home}/kooi-hostile")
     host.run(f"runuser -u {ctx.runner} -- sh -c 'mkdir -p {project} && cd {project} && git init -q . "
              f"&& git -c user.email=t@t -c user.name=t commit -q --allow-empty -m init'")
     out, seen = "/var/lib/kooi/runs/hostile-api.json", "/var/lib/kooi/runs/hostile-api.seen"
@@ -150,12 +199,18 @@ wait $pid; echo "rc=$?"
     result = json.loads(host.file(out).content_string) if host.file(out).exists else {}
     during = host.file(seen).content_string if host.file(seen).exists else ""
     lines = Lines(line for line in output.splitlines() if line.startswith("HOSTILE "))
+    # What the run left on the engine, then removed (a smuggled create would be unlabelled).
+    lines.leftover = engine(host, ctx, "ps -a --format '{{.Names}}'").stdout
+    engine(host, ctx, "rm -f kooi-hostile-other kooi-hostile-smuggle-detached kooi-hostile-smuggle-error")
     assert "HOSTILE done" in output, f"the attack did not run to its end (rc {rc}):\n{output[-4000:]}"
     return rc, lines, result, during, output
 
 
 class Lines(list):
-    """The workload's `HOSTILE name status message` lines; `lines[name]`: the first for NAME."""
+    """The workload's `HOSTILE name status message` lines; `lines[name]`: the first for NAME;
+    `leftover`: the names of the engine's containers right after the run."""
+
+    leftover = ""
 
     def __getitem__(self, name):  # type: ignore[override]
         if not isinstance(name, str):
@@ -215,9 +270,10 @@ def test_networks_only_with_the_engines_own_settings_and_bounded(host, ctx, atta
     rc, lines, result, _, _ = attacked
     refused(lines, "network-options", "Options refused")
     refused(lines, "network-ipam", "IPAM refused")
-    created = [n for n in (f"network-{i}" for i in range(9)) if " 201 " in lines[n]]
-    assert len(created) == 8, [lines[f"network-{i}"] for i in range(9)]
-    refused(lines, "network-8", "the most a run may")
+    assert " 201 " in lines["network-dup-base"], lines["network-dup-base"]
+    created = [n for n in (f"network-{i}" for i in range(8)) if " 201 " in lines[n]]
+    assert len(created) == 7, [lines[f"network-{i}"] for i in range(8)]  # and dup-base: 8
+    refused(lines, "network-7", "the most a run may")
     left = engine(host, ctx, "network ls --format '{{.Name}}'").stdout
     assert "kooi-hostile" not in left, left
 
@@ -253,3 +309,25 @@ def test_the_run_says_what_was_refused_and_leaves_nothing(host, ctx, attacked):
     assert result["cleanup"]["failed"] == [], result["cleanup"]
     left = engine(host, ctx, f"ps -aq --filter label=org.kooi.run={result['run_id']}").stdout.strip()
     assert left == "", left
+
+
+def test_no_second_request_rides_on_a_connection_the_engine_did_not_take_over(host, ctx, attacked):
+    """Found by the hostile review of this change: after a detached exec start (or an
+    error) on a route the engine may hijack, the broker relayed the client's further
+    bytes, which the engine served as requests nobody inspected (a create binding the
+    runner's home, unlabelled, outliving the run)."""
+    rc, lines, result, _, out = attacked
+    for name in ("smuggle-detached", "smuggle-error"):
+        answers = lines[name].split(" ", 2)[2] if lines[name].count(" ") >= 2 else ""
+        assert answers in ("200", "400", "500"), lines[name]
+        assert lines[f"{name}-start"].endswith(" 403"), lines[f"{name}-start"]
+    assert not host.file(f"{ctx.engine.runner_home}/kooi-hostile-smuggled").exists
+    assert "kooi-hostile-smuggle" not in lines.leftover, lines.leftover
+
+
+def test_a_network_name_that_exists_is_refused_and_ids_are_not_probed(host, ctx, attacked):
+    rc, lines, result, _, _ = attacked
+    refused(lines, "network-dup-own", "exists, refused")
+    refused(lines, "network-dup-kooi", "kooi's own run networks")
+    for name in ("probe-missing", "probe-other"):
+        refused(lines, name, "does not exist or is not this run's")

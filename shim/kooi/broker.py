@@ -131,10 +131,9 @@ class Rules:
             if key in self.owned_ids:
                 return None
         ident, found = self._labels_of(kind, urllib.parse.quote(ref, safe=""))
-        if ident is None:
+        if ident is None or found.get(labels.RUN) != self.scope.run_id:
+            # One answer for both: a run must not learn what others have (probing ids).
             return deny(f"{kind} {ref!r} does not exist or is not this run's")
-        if found.get(labels.RUN) != self.scope.run_id:
-            return deny(f"{kind} {ref!r} was not created by this run")
         if ident in self.scope.protected:
             return deny(f"{kind} {ref!r} is the workload's own container, out of the broker's reach")
         with self.lock:
@@ -216,6 +215,16 @@ class Rules:
         drv = gojson.field(doc, "Driver") or "bridge"
         if drv != "bridge":
             return deny(f"network driver {drv!r} refused (only bridge networks)")
+        name = gojson.field(doc, "Name")
+        if not isinstance(name, str) or not name:
+            return deny("network create: Name must be a non-empty string")
+        if name.lower().startswith("kooi-"):
+            return deny(f"network create: name {name!r} refused (kooi- names are kooi's own run networks)")
+        status, _ = self.up.call("GET", f"/networks/{urllib.parse.quote(name, safe='')}")
+        if status != 404:
+            # A second network of an existing name makes every use of the name
+            # ambiguous, the other run's included.
+            return deny(f"network create: a network named {name!r} exists, refused")
         for key, value in doc.items():
             name = gojson.fold(key)
             if name in NETWORK_FIELDS or is_unset(value):

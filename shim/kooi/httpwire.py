@@ -121,8 +121,14 @@ def read_head(r: Reader) -> Request:
             raise BadRequest("malformed header name")
         headers.append((k, v.strip()))
     req = Request(method, uri, version, headers)
-    lengths = {v for k, v in headers if k.lower() == "content-length"}
-    te = [v.lower() for k, v in headers if k.lower() == "transfer-encoding"]
+    _framing(req)
+    return req
+
+
+def _framing(req: Request) -> None:
+    """Note how REQ's body (or an answer's) is framed: one Content-Length or chunked."""
+    lengths = {v for k, v in req.headers if k.lower() == "content-length"}
+    te = [v.lower() for k, v in req.headers if k.lower() == "transfer-encoding"]
     if te:
         if lengths or te != ["chunked"]:
             raise BadRequest("ambiguous or unsupported Transfer-Encoding")
@@ -131,7 +137,6 @@ def read_head(r: Reader) -> Request:
         if len(lengths) != 1 or not next(iter(lengths)).isdigit():
             raise BadRequest("ambiguous Content-Length")
         req.length = int(next(iter(lengths)))
-    return req
 
 
 def read_chunk_header(r: Reader) -> int:
@@ -214,17 +219,72 @@ def forward_head(req: Request, upgrade: bool) -> bytes:
 
 def forward(r: Reader, req: Request, client: socket.socket, up: socket.socket, upgrade: bool) -> None:
     """Send REQ (its body read whole or streamed from R) to UP and relay the answer to
-    CLIENT until UP closes; on an UPGRADEd connection the client's bytes go up too."""
+    CLIENT until UP closes. On a route the upstream may hijack (UPGRADE), the client's
+    further bytes go up only once the upstream's answer says it took the connection
+    over (101, or 200 with a raw stream and no framing); any other answer (a detached
+    exec start, an error) is relayed as framed and the connection closed, since the
+    upstream would read what follows as further requests that nobody inspected."""
     up.sendall(forward_head(req, upgrade))
     if req.body is not None:
         up.sendall(req.body)
     else:
         stream_body(r, req, up)
-    if upgrade:
-        rest = r.take()
-        if rest:
-            up.sendall(rest)
-    pump(client, up, both=upgrade)
+    if not upgrade:
+        pump(client, up, both=False)
+        return
+    ur = Reader(up)
+    try:
+        status, headers, head = read_response_head(ur)
+    except BadRequest:
+        return
+    client.sendall(head)
+    if not hijacked(status, headers):
+        answer = Request("", "", "", headers)
+        try:
+            _framing(answer)
+        except BadRequest:
+            return
+        if answer.chunked or answer.length:
+            stream_body(ur, answer, client)
+        elif not any(k.lower() == "content-length" for k, _ in headers):
+            client.sendall(ur.take())
+            pump(client, up, both=False)  # framed by the upstream's close
+        return
+    if rest := ur.take():
+        client.sendall(rest)
+    if pending := r.take():
+        up.sendall(pending)
+    pump(client, up, both=True)
+
+
+RAW_STREAMS = ("application/vnd.docker.raw-stream", "application/vnd.docker.multiplexed-stream")
+
+
+def read_response_head(r: Reader) -> tuple[int, list[tuple[str, str]], bytes]:
+    """An upstream's status line and headers: (status, headers, the head's bytes)."""
+    raw = bytearray(r.readline(MAX_HEAD))
+    parts = raw.decode("latin-1").split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise BadRequest("malformed response")
+    headers: list[tuple[str, str]] = []
+    while True:
+        line = r.readline(MAX_HEAD)
+        raw += line
+        if len(raw) > MAX_HEAD or len(headers) > MAX_HEADERS:
+            raise BadRequest("response head too large")
+        text = line.decode("latin-1").rstrip("\r\n")
+        if not text:
+            return int(parts[1]), headers, bytes(raw)
+        k, _, v = text.partition(":")
+        headers.append((k.strip(), v.strip()))
+
+
+def hijacked(status: int, headers: list[tuple[str, str]]) -> bool:
+    """The engine took the connection over: 101 (the client asked for an upgrade), or
+    200 with a raw or multiplexed stream and no framing (it did not)."""
+    h = {k.lower(): v for k, v in headers}
+    return status == 101 or (status == 200 and "content-length" not in h and "transfer-encoding" not in h
+                             and h.get("content-type", "").split(";")[0].strip().lower() in RAW_STREAMS)
 
 
 def respond(sock: socket.socket, status: int, body: bytes, content_type: str = "application/json") -> None:

@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import verdicts
 from .gojson import field, fold, parse
 from .routes import ANY, DELETE, GET, POST, READ, Match, Table
 
@@ -58,26 +59,11 @@ MAX_BODY = 1 << 20  # what dockerd forwards to authorization plugins
 # per dot-separated part (moby api/types/versions: a part that is not a number is 0).
 VERSION_RE = re.compile(r"^/v([0-9.]+)(?=/)")
 MIN_API_VERSION = (1, 24)
-# The fields of the engine's HostConfig (with its Resources): what a create body may set
-# only inside HostConfig. Docker reads them at the top level when HostConfig is absent
-# and merges some of them (Memory, MemorySwap, CpuShares, CpusetCpus, VolumeDriver;
-# "Cpuset") into one.
-HOST_CONFIG_FIELDS = (
-    "Binds", "ContainerIDFile", "LogConfig", "NetworkMode", "PortBindings", "RestartPolicy", "AutoRemove",
-    "VolumeDriver", "VolumesFrom", "ConsoleSize", "Annotations", "CapAdd", "CapDrop", "CgroupnsMode", "Dns",
-    "DnsOptions", "DnsSearch", "ExtraHosts", "GroupAdd", "IpcMode", "Cgroup", "Links", "OomScoreAdj", "PidMode",
-    "Privileged", "PublishAllPorts", "ReadonlyRootfs", "SecurityOpt", "StorageOpt", "Tmpfs", "UTSMode",
-    "UsernsMode", "ShmSize", "Sysctls", "Runtime", "Isolation", "Mounts", "MaskedPaths", "ReadonlyPaths", "Init",
-    # Resources
-    "CpuShares", "Memory", "NanoCpus", "CgroupParent", "BlkioWeight", "BlkioWeightDevice", "BlkioDeviceReadBps",
-    "BlkioDeviceWriteBps", "BlkioDeviceReadIOps", "BlkioDeviceWriteIOps", "CpuPeriod", "CpuQuota",
-    "CpuRealtimePeriod", "CpuRealtimeRuntime", "CpusetCpus", "CpusetMems", "Devices", "DeviceCgroupRules",
-    "DeviceRequests", "KernelMemory", "KernelMemoryTCP", "MemoryReservation", "MemorySwap", "MemorySwappiness",
-    "OomKillDisable", "PidsLimit", "Ulimits", "CpuCount", "CpuPercent", "IOMaximumIOps", "IOMaximumBandwidth",
-    # the wrapper's own legacy field
-    "Cpuset",
-)
-_HOST_CONFIG_FOLDED = frozenset(fold(f) for f in HOST_CONFIG_FIELDS)
+# The fields of the engine's HostConfig (kooi.verdicts, from the specification) and the
+# legacy wrapper's own "Cpuset": what a create body may set only inside HostConfig.
+# Docker reads them at the top level when HostConfig is absent and merges some of them
+# (Memory, MemorySwap, CpuShares, CpusetCpus, VolumeDriver; "Cpuset") into one.
+_HOST_CONFIG_FOLDED = verdicts.known("ContainerCreate", "HostConfig.") | {"cpuset"}
 NS_KEYS = ("PidMode", "IpcMode", "UTSMode", "NetworkMode", "UsernsMode", "CgroupnsMode")
 SOCKET_NAMES = re.compile(r"(docker|containerd|podman|buildkit|kooi)[^/]*\.sock$|\.sock$")
 DEVICE_KEYS = ("Devices", "DeviceRequests", "DeviceCgroupRules")
@@ -529,24 +515,49 @@ def is_unset(v: Any) -> bool:
     return _unset(v) or v == {} or v == []
 
 
+def unknown_field(doc: dict[str, Any], body: str, what: str, prefix: str = "",
+                  also: frozenset[str] = frozenset()) -> Decision | None:
+    """A field of DOC that is set although kooi.verdicts gives BODY's fields at PREFIX
+    (and ALSO) no verdict: refused, since nobody looked at what the engine does with it."""
+    names = verdicts.known(body, prefix) | also
+    for key, value in doc.items():
+        if fold(key) not in names and not is_unset(value):
+            return deny(f"{what}: field {prefix}{key} refused (kooi's policy has no verdict on it: a field nobody "
+                        "looked at is refused)")
+    return None
+
+
+_CREATE_TOP = verdicts.known("ContainerCreate")
+_CREATE_HOST = _HOST_CONFIG_FOLDED
+
+
 def _container_create(doc: dict[str, Any], policy: Policy) -> Decision:
     hc = field(doc, "HostConfig")
+    if hc is not None:
+        # With a HostConfig the engine still merges top-level Memory, MemorySwap,
+        # CpuShares, Cpuset(Cpus) and VolumeDriver into it: no host field may be set there.
+        for key, value in doc.items():
+            if fold(key) in _HOST_CONFIG_FOLDED and not _unset(value):
+                return deny(f"container create: {key} at the top level of the body refused (the engine reads "
+                            "host settings there, past HostConfig; send them in HostConfig)")
+    if (d := unknown_field(doc, "ContainerCreate", "container create",
+                           also=_CREATE_HOST if hc is None else frozenset())) is not None:
+        return d
+    if isinstance(hc, dict) and (d := unknown_field(hc, "ContainerCreate", "container create",
+                                                    "HostConfig.")) is not None:
+        return d
     if hc is None:
         # No HostConfig (absent or null): the engine takes the top level of the body as
         # the HostConfig (its legacy config wrapper), so the top level is checked as one.
         return _check_host_config(doc, policy)
-    # With a HostConfig the engine still merges top-level Memory, MemorySwap,
-    # CpuShares, Cpuset(Cpus) and VolumeDriver into it: no host field may be set there.
-    for key, value in doc.items():
-        if fold(key) in _HOST_CONFIG_FOLDED and not _unset(value):
-            return deny(f"container create: {key} at the top level of the body refused (the engine reads host "
-                        "settings there, past HostConfig; send them in HostConfig)")
     if not isinstance(hc, dict):
         return deny("container create: HostConfig must be an object")
     return _check_host_config(hc, policy)
 
 
 def _exec_create(doc: dict[str, Any], policy: Policy) -> Decision:
+    if (d := unknown_field(doc, "ContainerExec", "exec create")) is not None:
+        return d
     if _truthy(field(doc, "Privileged")):
         return deny("privileged exec is refused")
     user = field(doc, "User")
@@ -571,6 +582,8 @@ def is_root_user(user: str) -> bool:
 
 
 def _volume_create(doc: dict[str, Any], policy: Policy) -> Decision:
+    if (d := unknown_field(doc, "VolumeCreate", "volume create")) is not None:
+        return d
     driver = field(doc, "Driver") or "local"
     if driver != "local":
         return deny(f"volume driver {driver!r} refused")
@@ -580,6 +593,8 @@ def _volume_create(doc: dict[str, Any], policy: Policy) -> Decision:
 
 
 def _container_update(doc: dict[str, Any], policy: Policy) -> Decision:
+    if (d := unknown_field(doc, "ContainerUpdate", "container update")) is not None:
+        return d
     for key in DEVICE_KEYS:
         if field(doc, key):
             return deny(f"container update: {key} are refused")
@@ -727,6 +742,13 @@ API: Table[Route] = Table([
     Route(ANY, "/networks/{id}/**", run=Owned("network")),
     Route(ANY, "/volumes/create"),
     Route(ANY, "/volumes/{id}", run=Owned("volume")),
+    # the engine's and the images' descriptions (images are shared and read-only to a
+    # run), registry look-ups and credential checks
+    Route(READ, "/{_ping|info|version}"),
+    Route(GET, "/system/df", run=Refuse("the disk usage listing is refused (it shows every run's objects)")),
+    Route(READ, "/images/**"),
+    Route(READ, "/distribution/**"),
+    Route(POST, "/auth"),
 ], methods=lambda r: r.methods, path=lambda r: r.path)
 
 

@@ -139,7 +139,7 @@ def test_a_nested_container_may_not_ask_for_more_than_the_run(broker, args, reas
     (["-v", "/workspace/etc-link:/x"], "below the workspace root"),
     (["-v", "/workspace/data:/x"], "below the workspace root"),
     (["-v", "/run/user/0/docker.sock:/d.sock"], "socket mount"),
-    (["--network", "container:kooi-broker-e2e-other"], "not created by this run"),
+    (["--network", "container:kooi-broker-e2e-other"], "is not this run's"),
 ])
 def test_the_broker_refuses_with_its_reason(broker, args, reason):
     assert_refused(docker("run", "--rm", *args, PROBE, "true"), "kooi broker", reason)
@@ -173,7 +173,7 @@ def test_other_objects_are_out_of_reach_and_unlisted(broker):
                  ["stop", "kooi-broker-e2e-other"], ["logs", "kooi-broker-e2e-other"],
                  ["rm", "-f", "kooi-broker-e2e-other"], ["cp", "kooi-broker-e2e-other:/etc/hostname", "-"]):
         res = docker(*args)
-        assert res.returncode != 0 and "not created by this run" in res.stderr, (args, res.stderr)
+        assert res.returncode != 0 and "is not this run's" in res.stderr, (args, res.stderr)
     listed = docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
     assert "kooi-broker-e2e-other" not in listed and "kooi-broker-e2e-ok" in listed
     assert engine_docker(broker["cfg"], "inspect", "kooi-broker-e2e-other").returncode == 0

@@ -233,11 +233,11 @@ def decide(b: Broker, method: str, uri: str, doc=None):
     ("DELETE", "/images/kooi-probe:latest", "removing images is refused"),
     ("POST", "/plugins/x/disable", "plugin management is refused"),
     ("POST", "/build?t=x", "image builds are refused"),
-    ("GET", "/containers/other-1/json", "container 'other-1' was not created by this run"),
+    ("GET", "/containers/other-1/json", "container 'other-1' does not exist or is not this run's"),
     ("DELETE", "/containers/nobody?force=1", "container 'nobody' does not exist or is not this run's"),
-    ("POST", "/exec/other-exec/start", "container 'other-c' was not created by this run"),
-    ("DELETE", "/networks/other-net", "network 'other-net' was not created by this run"),
-    ("DELETE", "/volumes/other-vol", "volume 'other-vol' was not created by this run"),
+    ("POST", "/exec/other-exec/start", "container 'other-c' does not exist or is not this run's"),
+    ("DELETE", "/networks/other-net", "network 'other-net' does not exist or is not this run's"),
+    ("DELETE", "/volumes/other-vol", "volume 'other-vol' does not exist or is not this run's"),
     ("POST", "/commit?container=other-1", "committing a container is refused"),
     ("POST", "/containers/create", "create: the request arrived without a body"),
     ("POST", "/containers/mine-1/exec", "exec: the request arrived without a body"),
@@ -266,7 +266,7 @@ def test_the_policy_decides_on_the_rewritten_create():
     d, _ = decide(broker()[0], "POST", "/containers/create", {"Image": "x", "HostConfig": {"Privileged": True}})
     assert not d.allow and d.reason == "privileged containers are refused"
     d, _ = decide(broker()[0], "POST", "/containers/create", {"Image": "x", "HostConfig": {"NetworkMode": "other-net"}})
-    assert not d.allow and d.reason == "network 'other-net' was not created by this run"
+    assert not d.allow and d.reason == "network 'other-net' does not exist or is not this run's"
 
 
 def test_networks_and_volumes_are_created_labelled():
@@ -295,7 +295,7 @@ def test_a_network_connect_needs_the_runs_network_and_container():
     d, _ = decide(b, "POST", "/networks/mine-net/disconnect", {"Container": 5})
     assert not d.allow and d.reason == "network connect: Container must be a string"
     d, _ = decide(b, "POST", "/networks/other-net/connect", {"Container": "mine-1"})
-    assert not d.allow and d.reason == "network 'other-net' was not created by this run"
+    assert not d.allow and d.reason == "network 'other-net' does not exist or is not this run's"
 
 
 def test_the_workloads_own_container_is_out_of_reach():

@@ -419,7 +419,7 @@ def test_the_run_column():
     assert route("DELETE", "/containers/abc").route.run.kind == "container"
     assert route("GET", "/containers/json").route.run is not None
     assert route("HEAD", "/containers/json").route.run is None
-    assert route("GET", "/_ping") is None
+    assert route("GET", "/_ping").route == policy.Route(policy.READ, "/{_ping|info|version}")  # explicit, allowed
 
 
 def test_duplicate_keys_are_found_in_any_casing_and_depth():
