@@ -177,6 +177,10 @@ def attacked(host, ctx):
     text = yaml.safe_dump(doc, sort_keys=False)
     host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/hostile-api.yml "
              f"&& chmod 0644 {WFDIR}/hostile-api.yml")
+    # Another workflow on the same project, started while the attack runs.
+    other_wf = yaml.safe_dump({"mode": "jail", "timeout": 60, "command": ["true"]}, sort_keys=False)
+    host.run(f"printf %s {shlex.quote(other_wf)} > {WFDIR}/hostile-second.yml && chmod 0644 "
+             f"{WFDIR}/hostile-second.yml")
     host.run(f"rm -f {home}/kooi-hostile-marker {home}/kooi-hostile-smuggled /tmp/kooi-hostile-hook; "
              f"rm -rf {home}/kooi-hostile")
     host.run(f"runuser -u {ctx.runner} -- sh -c 'mkdir -p {project} && cd {project} && git init -q . "
@@ -187,11 +191,13 @@ rm -f {out} {seen}
 KOOI_WORKFLOW_DIR={WFDIR} kooi run hostile-api --project {shlex.quote(project)} --json {out} \
   > /var/lib/kooi/runs/hostile-api.out 2>&1 &
 pid=$!
+( sleep 3; KOOI_WORKFLOW_DIR={WFDIR} kooi run hostile-second --project {shlex.quote(project)} \
+    > /var/lib/kooi/runs/hostile-second.out 2>&1; echo "second rc=$?" >> {seen} ) &
 while kill -0 $pid 2>/dev/null; do
   [ -e {project}/.git/hooks/post-checkout ] && echo "real hook written" >> {seen}
   sleep 0.2
 done
-wait $pid; echo "rc=$?"
+wait $pid; rc=$?; wait; echo "rc=$rc"
 """
     res = host.run(script)
     rc = int(res.stdout.strip().rpartition("rc=")[2] or -1)
@@ -199,6 +205,10 @@ wait $pid; echo "rc=$?"
     result = json.loads(host.file(out).content_string) if host.file(out).exists else {}
     during = host.file(seen).content_string if host.file(seen).exists else ""
     lines = Lines(line for line in output.splitlines() if line.startswith("HOSTILE "))
+    second = host.file("/var/lib/kooi/runs/hostile-second.out")
+    lines.second_out = second.content_string if second.exists else ""
+    lines.second = next((ln for ln in during.splitlines() if ln.startswith("second rc=")), "")
+    during = "\n".join(ln for ln in during.splitlines() if not ln.startswith("second rc="))
     # What the run left on the engine, then removed (a smuggled create would be unlabelled).
     lines.leftover = engine(host, ctx, "ps -a --format '{{.Names}}'").stdout
     engine(host, ctx, "rm -f kooi-hostile-other kooi-hostile-smuggle-detached kooi-hostile-smuggle-error")
@@ -211,6 +221,8 @@ class Lines(list):
     `leftover`: the names of the engine's containers right after the run."""
 
     leftover = ""
+    second = ""      # `second rc=N` of another workflow's run on the project, started meanwhile
+    second_out = ""  # its output
 
     def __getitem__(self, name):  # type: ignore[override]
         if not isinstance(name, str):
@@ -331,3 +343,12 @@ def test_a_network_name_that_exists_is_refused_and_ids_are_not_probed(host, ctx,
     refused(lines, "network-dup-kooi", "kooi's own run networks")
     for name in ("probe-missing", "probe-other"):
         refused(lines, name, "does not exist or is not this run's")
+
+
+def test_one_run_per_project_whatever_its_workflow(host, ctx, attacked):
+    """Issue 29, finding 2 (shown again by the hostile review of this change): a run of
+    another workflow that starts on the project while a hostile run changes its protected
+    paths takes those changes into its snapshot and puts them back for good."""
+    rc, lines, result, _, _ = attacked
+    assert lines.second == "second rc=75", (lines.second, lines.second_out[-2000:])
+    assert "another run on this project holds" in lines.second_out, lines.second_out[-2000:]

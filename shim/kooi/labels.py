@@ -31,11 +31,14 @@ def nested_labels(run_id: str, base: dict[str, str] | None = None) -> dict[str, 
     return {**(base or {MANAGED: "1", RUN: run_id}), NESTED: "1"}
 
 
-def lock_key(workflow: str, project: str) -> str:
-    """The name of the run lock of WORKFLOW on PROJECT (one run at a time per pair);
-    `kooi run gc` rebuilds it from a container's labels to see whether its run lives."""
-    return f"{workflow}-{hashlib.sha256(project.encode()).hexdigest()[:16]}.lock"
+def lock_key(project: str) -> str:
+    """The name of the run lock of PROJECT: one run at a time per project, whatever its
+    workflow (the project is one object shared by every run on it: a second run would
+    take the first one's changes into its snapshot of the protected paths and put them
+    back for good); `kooi gc` rebuilds it from a container's labels to see whether its
+    run lives."""
+    return f"project-{hashlib.sha256(project.encode()).hexdigest()[:16]}.lock"
 
 
 def lock_key_of(labels: dict[str, str]) -> str:
-    return lock_key(labels.get(WORKFLOW, ""), labels.get(PROJECT, ""))
+    return lock_key(labels.get(PROJECT, ""))

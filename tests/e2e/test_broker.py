@@ -245,9 +245,9 @@ def test_host_settings_past_the_create_policy_are_refused(broker):
 
 
 def test_networks_and_volumes_are_the_runs_own(broker):
-    assert docker("network", "create", "kooi-broker-e2e-net").returncode == 0
+    assert docker("network", "create", "broker-e2e-net").returncode == 0
     assert docker("volume", "create", "kooi-broker-e2e-vol").returncode == 0
-    res = docker("run", "--rm", "--network", "kooi-broker-e2e-net", "-v", "kooi-broker-e2e-vol:/v", PROBE,
+    res = docker("run", "--rm", "--network", "broker-e2e-net", "-v", "kooi-broker-e2e-vol:/v", PROBE,
                  "sh", "-c", "echo ok > /v/x")
     assert res.returncode == 0, res.stderr
     res = docker("run", "--rm", "--network", "bridge", "-v", "auto-created-vol:/v", PROBE, "true")

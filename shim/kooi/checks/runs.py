@@ -127,7 +127,7 @@ def run_timeout(host: Host, ctx: Context) -> Outcome:
     return PASS, f"killed after {took:.1f} s: rc 124, reason timeout, no process or container left"
 
 
-@check("RUN-LOCK", "two runs of the same workflow on the same project do not collide",
+@check("RUN-LOCK", "two runs on the same project do not collide (one run per project at a time)",
        "concurrent builds corrupting each other's output (cron overlapping a pipeline)")
 def run_lock(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:

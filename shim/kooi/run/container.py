@@ -228,13 +228,13 @@ class ContainerBackend:
         ctx.log.note(f"gvisor: runtime {g.runtime} (runsc {g.version}, platform {g.platform}, network {g.network})")
 
     def _sweep(self) -> None:
-        """Remove what an earlier run of this workflow on this project left when its kooi
-        run died (kill -9, the OOM killer): this run holds their run lock now, so nothing
+        """Remove what an earlier run on this project left when its kooi run died (kill -9,
+        the OOM killer): this run holds the project's run lock now, so nothing
         of theirs is alive. Its workload ended at its own deadline (kooi's init); the
         containers its broker started did not. One filtered list: cheap enough for every run."""
         ctx, client = self.ctx, self.client
         assert ctx is not None and client is not None
-        flt = {"label": [f"{labels.MANAGED}=1", f"{labels.WORKFLOW}={ctx.wf.name}", f"{labels.PROJECT}={ctx.project}"]}
+        flt = {"label": [f"{labels.MANAGED}=1", f"{labels.PROJECT}={ctx.project}"]}
         try:
             left = client.request("GET", "/containers/json", query={"all": "1", "filters": json.dumps(flt)}) or []
         except (engineapi.APIError, OSError) as exc:
@@ -248,11 +248,11 @@ class ContainerBackend:
             except engineapi.NotFound:
                 continue
             except (engineapi.APIError, OSError) as exc:
-                raise unavailable(f"cannot remove {name}, left by an earlier run of this workflow on this project: "
+                raise unavailable(f"cannot remove {name}, left by an earlier run on this project: "
                                   f"{exc}") from None
         if gone:
-            ctx.res.warn(ctx.log, f"removed {len(gone)} container(s) left by earlier runs of this workflow on this "
-                                  f"project whose kooi run died: {', '.join(gone)}")
+            ctx.res.warn(ctx.log, f"removed {len(gone)} container(s) left by earlier runs on this project whose "
+                                  f"kooi run died: {', '.join(gone)}")
 
     def _wire_egress(self, eg: EgressConfig, body: dict[str, Any], img_attrs: dict[str, Any]) -> Path:
         """Give the workload a network whose only way out is the proxy, and the proxy in

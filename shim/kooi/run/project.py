@@ -207,10 +207,11 @@ def check_project(project: Path, cfg: EngineConfig) -> Path:
 
 
 class RunLock:
-    """One run of a workflow per project at a time (flock; released when the process dies)."""
+    """One run per project at a time, whatever its workflow (flock; released when the
+    process dies)."""
 
     def __init__(self, run_dir: Path, wf: str, project: Path):
-        self.path = run_dir / "locks" / labels.lock_key(wf, str(project))
+        self.path = run_dir / "locks" / labels.lock_key(str(project))
         self.fd: int | None = None
 
     def acquire(self, wait: float) -> None:
@@ -226,7 +227,8 @@ class RunLock:
                     os.close(self.fd)
                     self.fd = None
                     raise RunError("busy", EXIT_BUSY,
-                                   f"another run of this workflow holds {self.path}; retry later or pass --wait") from None
+                                   f"another run on this project holds {self.path} (one run per project at a time, whatever "
+                                   "its workflow); retry later or pass --wait") from None
                 time.sleep(0.2)
 
     def release(self) -> None:
