@@ -76,7 +76,7 @@ def _selftest(host: Host, ctx: Context) -> Selftest:
                              if rt == "runsc" else ""))
         return cast(Selftest, ctx.cache[key])
     proj = paths.SELFTEST_PROJECT
-    prep = host.run(f"runuser -u {shlex.quote(ctx.runner)} -- mkdir -p {proj}")
+    prep = host.run(f"{ctx.runner_prefix} mkdir -p {proj}")
     if prep.rc != 0:
         ctx.cache[key] = ({}, f"cannot create {proj}: {prep.stderr.strip()}")
         return cast(Selftest, ctx.cache[key])

@@ -75,6 +75,10 @@ def check(id: str, title: str, threat: str,
 DEFAULT_PATHS = {kind: paths.ALL[kind] for kind in ("engine", "images", "egress", "apparmor", "fuse")}
 
 
+# The runner's commands find only the system's programs (not ~/.local/bin).
+RUNNER_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
 @dataclass
 class Context:
     """What the host says about itself (/etc/kooi/engine.json) plus test settings."""
@@ -132,13 +136,27 @@ class Context:
             self.cache[key] = mod.parse(f.content_string, path) if f.exists else None
         return self.cache[key]
 
+    @property
+    def runner_prefix(self) -> str:
+        """What goes before a command that runs as the runner, from root's checks: the
+        runner's files may be a workload's (a .pth in ~/.local, ~/.docker/config.json),
+        so the command gets no terminal of root's (its own session: TIOCSTI cannot type
+        into root's; stdin from /dev/null), a clean environment and PATH, and Python
+        in isolated mode (`python3 -I`, by the callers)."""
+        return f"</dev/null {self.runner_session}"
+
+    @property
+    def runner_session(self) -> str:
+        """runner_prefix without the stdin redirection (for a here-document of root's)."""
+        return (f"setsid -w runuser -u {shlex.quote(self.runner)} -- env -i {RUNNER_PATH} "
+                f"HOME={shlex.quote(self.engine.runner_home)} LANG=C.UTF-8")
+
     def as_runner(self, cmd: str) -> str:
         """A shell command line that runs `cmd` as the runner user with its engine."""
-        env = [f"HOME={self.engine.runner_home}", f"DOCKER_HOST=unix://{self.engine.socket}"]
+        env = [f"DOCKER_HOST=unix://{self.engine.socket}"]
         if self.mode == "rootless":
             env.append(f"XDG_RUNTIME_DIR=/run/user/{self.engine.runner_uid}")
-        return (f"runuser -u {shlex.quote(self.runner)} -- env {' '.join(map(shlex.quote, env))} "
-                f"sh -c {shlex.quote(cmd)}")
+        return f"{self.runner_prefix} {' '.join(map(shlex.quote, env))} sh -c {shlex.quote(cmd)}"
 
 
 def run_all(host: Host, ctx: Context, ids: list[str] | None = None) -> list[Result]:

@@ -244,7 +244,7 @@ def engine_socket(host: Host, ctx: Context) -> Outcome:
     return PASS, f"{sock.path}: root:{sock.group} {oct(sock.mode)}"
 
 
-CONNECT = ("python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); "
+CONNECT = ("python3 -I -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); "
            "s.connect(sys.argv[1]); print(\"CONNECTED\")' {}")
 
 
@@ -256,7 +256,7 @@ def rootful_socket(host: Host, ctx: Context) -> Outcome:
                  "/run/podman/podman.sock"):
         if not host.file(path).exists:
             continue
-        res = host.run(f"runuser -u {shlex.quote(ctx.runner)} -- " + CONNECT.format(shlex.quote(path)))
+        res = host.run(f"{ctx.runner_prefix} " + CONNECT.format(shlex.quote(path)))
         if "CONNECTED" in res.stdout:
             if ctx.mode == "userns_remap" and path.endswith("docker.sock") and \
                     host.file(path).group == ctx.engine.socket_group:
@@ -280,7 +280,7 @@ def storage_driver(host: Host, ctx: Context) -> Outcome:
     return PASS, f"storage driver {got}, backing {dict(info.get('DriverStatus') or [])}"
 
 
-FUSE_OPEN = ("python3 -c 'import os,errno\ntry:\n os.close(os.open(\"/dev/fuse\", os.O_RDWR)); print(\"OPENED\")\n"
+FUSE_OPEN = ("python3 -I -c 'import os,errno\ntry:\n os.close(os.open(\"/dev/fuse\", os.O_RDWR)); print(\"OPENED\")\n"
              "except OSError as e:\n print(errno.errorcode.get(e.errno, str(e)))'")
 
 
@@ -292,7 +292,7 @@ def fuse_device(host: Host, ctx: Context) -> Outcome:
         return FAIL, f"{paths.FUSE} is missing: role fuse has not run on this host (re-run site.yml)"
     enabled = state.enabled
     dev = host.file("/dev/fuse")
-    opened = host.run(f"runuser -u {shlex.quote(ctx.runner)} -- {FUSE_OPEN}").stdout.strip() \
+    opened = host.run(f"{ctx.runner_prefix} {FUSE_OPEN}").stdout.strip() \
         if dev.exists else "ENOENT"
     driver = ctx.engine.storage_driver
     if not enabled:

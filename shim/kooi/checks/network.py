@@ -51,7 +51,7 @@ def _subuid_ranges(host: Host, user: str) -> list[tuple[int, int]]:
 
 def _probe(host: Host, prefix: str = "", port: int = 9) -> str:
     code = shlex.quote(PROBE.format(port=port))
-    res = host.run(f"{prefix} python3 -c {code}")
+    res = host.run(f"{prefix} python3 -I -c {code}")
     return res.stdout.strip() or f"(no result: rc={res.rc} {res.stderr.strip()[-160:]})"
 
 
@@ -85,15 +85,14 @@ def egress_rules(host: Host, ctx: Context, eg: EgressConfig) -> Outcome:
 @egress_check("NET-EGRESS-CONFINED", "the runner and a subordinate uid are rejected off the proxy port; root is not",
        "rules that exist but do not apply (wrong uid, a subuid bypass via unshare --map-auto)")
 def egress_confined(host: Host, ctx: Context, eg: EgressConfig) -> Outcome:
-    runner = shlex.quote(ctx.runner)
-    as_runner = _probe(host, f"runuser -u {runner} --")
+    as_runner = _probe(host, ctx.runner_prefix)
     if host.run("command -v newuidmap").rc == 0:
-        as_subuid = _probe(host, f"runuser -u {runner} -- unshare --user --map-auto --setuid 0 --setgid 0")
+        as_subuid = _probe(host, f"{ctx.runner_prefix} unshare --user --map-auto --setuid 0 --setgid 0")
     else:
         # Without the setuid helper nobody can map subordinate ids: no such bypass.
         as_subuid = "EHOSTUNREACH (no newuidmap: the runner cannot switch to a subordinate uid)"
     as_root = _probe(host)
-    to_proxy = _probe(host, f"runuser -u {runner} --", port=eg.port)
+    to_proxy = _probe(host, ctx.runner_prefix, port=eg.port)
     seen = f"runner: {as_runner}, subordinate uid: {as_subuid}, root: {as_root}, runner to the proxy: {to_proxy}"
     if as_runner != "EHOSTUNREACH" or not as_subuid.startswith("EHOSTUNREACH"):
         return FAIL, seen
@@ -117,7 +116,7 @@ def egress_proxy(host: Host, ctx: Context, eg: EgressConfig) -> Outcome:
     answers = {}
     for req in ("GET http://kooi-verify.invalid/", "CONNECT 127.0.0.1:443", "CONNECT kooi-verify.invalid:8443"):
         code = shlex.quote(PROXY_ASK.format(port=port, req=req))
-        res = host.run(f"python3 -c {code}")
+        res = host.run(f"python3 -I -c {code}")
         answers[req] = res.stdout.strip() if res.rc == 0 else f"error: {res.stderr.strip()[-120:]}"
         if " 403 " not in answers[req] + " ":
             problems.append(f"{req}: {answers[req]} (want 403)")
@@ -129,12 +128,11 @@ def egress_proxy(host: Host, ctx: Context, eg: EgressConfig) -> Outcome:
 @egress_check("POL-EGRESS", "the runner can neither read nor change the egress rules or the allowlist",
        "a workload widens its own egress or learns what it may reach")
 def egress_policy(host: Host, ctx: Context, eg: EgressConfig) -> Outcome:
-    runner = shlex.quote(ctx.runner)
     problems = []
     for cmd in (f"cat {shlex.quote(eg.allowlist)}", "nft list ruleset",
                 f"nft delete table inet {shlex.quote(eg.table)}",
                 f"touch {shlex.quote(eg.allowlist)}"):
-        res = host.run(f"runuser -u {runner} -- {cmd}")
+        res = host.run(f"{ctx.runner_prefix} {cmd}")
         if res.rc == 0:
             problems.append(f"the runner could: {cmd}")
     if problems:

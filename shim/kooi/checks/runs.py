@@ -42,9 +42,8 @@ def _available(host: Host, ctx: Context) -> str | None:
 
 
 def _script(host: Host, ctx: Context, body: str) -> None:
-    r = shlex.quote(ctx.runner)
-    res = host.run(f"runuser -u {r} -- mkdir -p {PROJECT} && "
-                   f"runuser -u {r} -- sh -c {shlex.quote(f'cat > {PROJECT}/{SCRIPT}')} <<'KOOI_EOF'\n{body}\nKOOI_EOF")
+    res = host.run(f"{ctx.runner_prefix} mkdir -p {PROJECT} && "
+                   f"{ctx.runner_session} sh -c {shlex.quote(f'cat > {PROJECT}/{SCRIPT}')} <<'KOOI_EOF'\n{body}\nKOOI_EOF")
     if res.rc != 0:
         raise RuntimeError(f"cannot write the script into {PROJECT}: {res.stderr.strip()}")
 
@@ -166,9 +165,8 @@ def run_lock(host: Host, ctx: Context) -> Outcome:
 def run_project_guard(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
-    r = shlex.quote(ctx.runner)
-    host.run(f"runuser -u {r} -- mkdir -p {PROJECT}/.git/hooks && rm -f {PROJECT}/.envrc "
-             f"{PROJECT}/.git/hooks/post-checkout")
+    prep = f"mkdir -p {PROJECT}/.git/hooks && rm -f {PROJECT}/.envrc {PROJECT}/.git/hooks/post-checkout"
+    host.run(f"{ctx.runner_prefix} sh -c {shlex.quote(prep)}")
     _script(host, ctx, "cd /workspace; (echo evil > .git/hooks/post-checkout) 2>/dev/null && echo HOOK=written; "
                        "echo evil > .envrc; echo GUARD-DONE")
     rc, res, out = _run(host, ctx, "runcheck-guard")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -48,21 +50,61 @@ def gc(run_dir: Path, engine_config: Path | None = None, dry_run: bool = False,
                     removed[-1] += f" (not removed: {exc.explanation})"
     cutoff = time.time() - keep_days * 86400
     for sub in ("logs", "results"):
-        d = run_dir / sub
-        for f in d.glob("*") if d.is_dir() else []:
-            if f.stat().st_mtime < cutoff:
-                removed.append(f"{sub[:-1]} {f}")
-                if not dry_run:
-                    f.unlink()
+        removed += _sweep(run_dir, sub, cutoff, dry_run, tree=False)
     # Throwaway copies of git's hooks, config and info (run.guard) a run could not
     # remove (entries the workload's uid made unwritable): never read again.
-    d = run_dir / "shadows"
-    for f in d.glob("*") if d.is_dir() else []:
-        if f.lstat().st_mtime < cutoff:
-            removed.append(f"shadow {f}")
-            if not dry_run:
-                shutil.rmtree(f, ignore_errors=True)
-                if f.exists():
-                    removed[-1] += " (not all removed: files of the workload's uid; remove them as root)"
+    removed += _sweep(run_dir, "shadows", cutoff, dry_run, tree=True)
     client.close()
     return removed
+
+
+WARNING = "warning: "  # gc's items that say what it did not remove, and why
+
+
+def _sweep(run_dir: Path, sub: str, cutoff: float, dry_run: bool, tree: bool) -> list[str]:
+    """Remove the entries of RUN_DIR/SUB older than CUTOFF (directories whole where
+    TREE). These directories are the runner's, and a workload that became the runner
+    could point them anywhere, while gc runs as root: nothing here follows a symlink
+    (the directory is opened with O_NOFOLLOW, every entry removed relative to it,
+    directories by shutil.rmtree's fd-based walk)."""
+    what = {"logs": "log", "results": "result", "shadows": "shadow"}[sub]
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        top = os.open(run_dir, flags)
+    except FileNotFoundError:
+        return []
+    out: list[str] = []
+    try:
+        try:
+            fd = os.open(sub, flags, dir_fd=top)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            return [f"{WARNING}{sub}: {run_dir / sub} not swept: it is not a directory kooi made "
+                    f"({exc.strerror}); look at it as root"]
+        try:
+            with os.scandir(fd) as entries:
+                for e in entries:
+                    st = e.stat(follow_symlinks=False)
+                    if st.st_mtime >= cutoff:
+                        continue
+                    out.append(f"{what} {run_dir / sub / e.name}")
+                    if dry_run:
+                        continue
+                    if tree and stat.S_ISDIR(st.st_mode):
+                        shutil.rmtree(e.name, dir_fd=fd, ignore_errors=True)
+                        try:
+                            os.lstat(e.name, dir_fd=fd)
+                            out[-1] += " (not all removed: files of the workload's uid; remove them as root)"
+                        except FileNotFoundError:
+                            pass
+                    else:
+                        try:
+                            os.unlink(e.name, dir_fd=fd)
+                        except OSError as exc:
+                            out[-1] += f" (not removed: {exc.strerror})"
+        finally:
+            os.close(fd)
+    finally:
+        os.close(top)
+    return out

@@ -1,0 +1,64 @@
+"""The hostile suite, root's own commands (issue 29, findings 9 and 10): once a workload
+has the runner's uid, the runner's files are the attacker's. Root's `kooi verify` must
+run none of the runner's code (a .pth file in ~/.local ran during a check and could type
+into root's terminal), and root's `kooi gc` must follow none of the runner's links (the
+run directory's `logs` or `shadows` pointed at a root directory: root's files deleted).
+Runs on this machine (local end-to-end stage, `--hosts=local://`) and the userns-remap
+test host (Molecule's verify)."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from kooi.checks import Context
+
+RUNS = "/var/lib/kooi/runs"
+ROOT_DIR = "/var/tmp/kooi-hostile-root"  # root's own, what the attacker points at
+
+
+@pytest.fixture(scope="module")
+def ctx(host):
+    return Context.from_host(host)
+
+
+def as_runner(host, ctx, cmd: str):
+    return host.run(f"runuser -u {ctx.runner} -- sh -c {shlex.quote(cmd)}")
+
+
+def test_root_verify_runs_no_code_of_the_runners(host, ctx):
+    home = ctx.engine.runner_home
+    site = as_runner(host, ctx, "python3 -c 'import site; print(site.getusersitepackages())'").stdout.strip()
+    assert site.startswith(home), site
+    marker = f"{home}/kooi-hostile-pth-ran"
+    pth = "import os; open(os.path.expanduser('~/kooi-hostile-pth-ran'), 'w').write(str(os.getsid(0)))\n"
+    host.run(f"rm -f {marker}")
+    assert as_runner(host, ctx, f"mkdir -p {site} && printf %s {shlex.quote(pth)} > {site}/kooi-hostile.pth").succeeded
+    try:
+        # Checks that run Python (and a shell) as the runner.
+        res = host.run("kooi verify --check HOST-ROOTFUL-SOCKET --check HOST-FUSE --check NET-EGRESS-CONFINED "
+                       "--check POL-EGRESS")
+        assert "HOST-ROOTFUL-SOCKET" in res.stdout, res.stdout + res.stderr
+        assert not host.file(marker).exists, (
+            "a .pth file in the runner's ~/.local ran during root's kooi verify: " + host.file(marker).content_string)
+    finally:
+        host.run(f"rm -f {site}/kooi-hostile.pth {marker}")
+
+
+@pytest.mark.parametrize("sub", ["logs", "shadows"])
+def test_root_gc_follows_no_link_of_the_runners(host, ctx, sub):
+    """The runner (here: the attacker) replaces RUNS/SUB with a link to a root
+    directory holding old entries; root's kooi gc must leave them."""
+    host.run(f"rm -rf {ROOT_DIR} && mkdir -p {ROOT_DIR}/old-dir && echo root > {ROOT_DIR}/old-file "
+             f"&& echo root > {ROOT_DIR}/old-dir/x && touch -d '30 days ago' {ROOT_DIR}/old-file "
+             f"{ROOT_DIR}/old-dir/x {ROOT_DIR}/old-dir && chmod 0755 {ROOT_DIR}")
+    moved = as_runner(host, ctx, f"cd {RUNS} && mv {sub} {sub}.hostile-saved && ln -s {ROOT_DIR} {sub}")
+    assert moved.succeeded, f"the runner could not replace {RUNS}/{sub}: {moved.stderr}"
+    try:
+        res = host.run("kooi gc")
+        assert host.file(f"{ROOT_DIR}/old-file").exists and host.file(f"{ROOT_DIR}/old-dir/x").exists, (
+            f"root's kooi gc deleted root's files through the runner's link {RUNS}/{sub}: {res.stdout} {res.stderr}")
+        assert f"{sub}: {RUNS}/{sub} not swept" in res.stdout + res.stderr, res.stdout + res.stderr
+    finally:
+        host.run(f"cd {RUNS} && rm -f {sub} && mv {sub}.hostile-saved {sub}; rm -rf {ROOT_DIR}")
