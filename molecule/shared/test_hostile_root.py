@@ -62,3 +62,17 @@ def test_root_gc_follows_no_link_of_the_runners(host, ctx, sub):
         assert f"{sub}: {RUNS}/{sub} not swept" in res.stdout + res.stderr, res.stdout + res.stderr
     finally:
         host.run(f"cd {RUNS} && rm -f {sub} && mv {sub}.hostile-saved {sub}; rm -rf {ROOT_DIR}")
+
+
+def test_root_verify_reads_the_runners_files_as_the_runner(host, ctx):
+    """Issue 29, finding 11: root's checks print the end of a run's log (in the runner's
+    run directory) as evidence; a log the runner turned into a link to a file only root
+    may read printed that file. Logs are read as the runner now."""
+    link = f"{ctx.engine.runner_home}/kooi-hostile-log-link"
+    assert as_runner(host, ctx, f"ln -sfn /etc/shadow {link}").succeeded
+    try:
+        assert "root:" in host.file(link).content_string  # what root itself would read
+        assert ctx.runner_text(host, link) == ""
+        assert '"runner_user"' in ctx.runner_text(host, "/etc/kooi/engine.json")  # what the runner may read
+    finally:
+        host.run(f"rm -f {link}")

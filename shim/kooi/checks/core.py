@@ -151,6 +151,15 @@ class Context:
         return (f"setsid -w runuser -u {shlex.quote(self.runner)} -- env -i {RUNNER_PATH} "
                 f"HOME={shlex.quote(self.engine.runner_home)} LANG=C.UTF-8")
 
+    def runner_text(self, host: Host, path: str | None) -> str:
+        """The text of PATH as the runner reads it ("" where it cannot): for files in
+        the runner's directories (a run's log), which a workload that became the runner
+        could have turned into a link to a file only root may read."""
+        if not path:
+            return ""
+        res = host.run(f"{self.runner_prefix} cat -- {shlex.quote(path)}")
+        return res.stdout if res.rc == 0 else ""
+
     def as_runner(self, cmd: str) -> str:
         """A shell command line that runs `cmd` as the runner user with its engine."""
         env = [f"DOCKER_HOST=unix://{self.engine.socket}"]

@@ -85,8 +85,7 @@ def run_result(host: Host, ctx: Context) -> Outcome:
         bad.append(f"exit 3 came back as rc={rc}, exit_code={res.get('exit_code')}, reason={res.get('reason')}")
     if missing := KEYS - set(res):
         bad.append(f"result lacks {sorted(missing)}")
-    log = host.file(res.get("log") or "/nonexistent")
-    if not log.exists or "KOOI-RUNCHECK-OUT" not in log.content_string:
+    if "KOOI-RUNCHECK-OUT" not in ctx.runner_text(host, res.get("log")):
         bad.append(f"the run's log {res.get('log')} lacks the workload's output")
     _script(host, ctx, "exit 0")
     rc0, res0, out0 = _run(host, ctx, "runcheck-result-ok")
@@ -173,8 +172,7 @@ def run_project_guard(host: Host, ctx: Context) -> Outcome:
     if res is None:
         return FAIL, f"no JSON result (rc={rc}): {out.strip()[-200:]}"
     bad = []
-    log = host.file(res.get("log") or "/nonexistent")
-    text = log.content_string if log.exists else ""
+    text = ctx.runner_text(host, res.get("log"))
     if "GUARD-DONE" not in text:
         bad.append(f"the workload did not run to its end (rc={rc}, reason {res.get('reason')}: "
                    f"{res.get('message')}; its log ends {text.strip()[-160:]!r})")
@@ -276,8 +274,7 @@ def run_limits(host: Host, ctx: Context) -> Outcome:
     rc, res, out = _run(host, ctx, "runcheck-limits")
     if res is None or rc != 0:
         return FAIL, f"the self-test run failed (rc={rc}): {out.strip()[-300:]}"
-    log = host.file(res.get("log") or "/nonexistent")
-    text = log.content_string if log.exists else out
+    text = ctx.runner_text(host, res.get("log")) or out
     record = res.get("limits") or {}
     bad = limit_problems(record, *parse_limits_output(text))
     if bad:
@@ -309,8 +306,7 @@ def run_secrets_hidden(host: Host, ctx: Context) -> Outcome:
     rc, res, out = _run(host, ctx, "runcheck-secrets", workflow=SECRETCHECK)
     if res is None:
         return FAIL, f"no JSON result (rc={rc}): {out.strip()[-200:]}"
-    log = host.file(res.get("log") or "/nonexistent")
-    text = log.content_string if log.exists else ""
+    text = ctx.runner_text(host, res.get("log"))
     bad = []
     if rc != 0 or "SECRETS-DONE" not in text:
         bad.append(f"the workload did not run to its end (rc={rc}): {out.strip()[-200:]}")
