@@ -231,3 +231,25 @@ def test_a_flood_after_the_run_is_replaced_by_the_snapshot(repo, monkeypatch):
     rec = g.check()
     assert rec["restored"], rec["restore_failed"]
     assert not any(p.name.startswith("h") and p.name[1:].isdigit() for p in (repo / ".git/hooks").iterdir())
+
+
+@pytest.mark.parametrize("path,text", [
+    (".devcontainer.json", '{"initializeCommand": "touch /tmp/pwned"}'),
+    (".cargo/config.toml", '[build]\nrustc-wrapper = "/tmp/evil"\n'),
+    (".yarnrc.yml", "yarnPath: ./evil.cjs\n"),
+    (".npmrc", "node-options=--require ./evil.js\n"),
+    (".pnpmfile.cjs", "require('child_process').execSync('id')\n"),
+    (".idea/workspace.xml", "<project/>\n"),
+    ("mise.dev.toml", '[tasks.x]\nrun = "id"\n'),
+    (".mise.ci.toml", '[env]\n_.source = "./evil.sh"\n'),
+    ("mise/config.toml", '[hooks]\nenter = "id"\n'),
+])
+def test_what_tools_run_on_the_host_is_put_back(repo, path, text):
+    """Issue 29, finding 3 and the hostile review: names that tools run on the host when
+    someone opens or builds the project there."""
+    g = guarded(repo)
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(text)
+    rec = g.check()
+    assert path in {r["path"] for r in rec["refused"]}, rec["refused"]
+    assert rec["restored"] and not (repo / path).exists()

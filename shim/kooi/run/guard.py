@@ -38,8 +38,14 @@ from typing import Any
 # tasks, settings, launch configurations, workspaces), when a dev container is built,
 # when an agent runs there (Claude Code's hooks and MCP servers), and `.git` (below).
 PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.local.toml", "mise.local.toml",
-             ".mise", ".config/mise.toml", ".config/mise", ".vscode", ".devcontainer", ".claude", ".mcp.json")
-PROTECTED_GLOBS = ("*.code-workspace",)
+             ".mise", "mise", ".config/mise.toml", ".config/mise", ".vscode", ".idea", ".devcontainer",
+             ".devcontainer.json", ".claude", ".mcp.json",
+             # what package managers run when someone builds on the host: cargo's
+             # rustc-wrapper and aliases, yarn's yarnPath, npm's node-options and
+             # script-shell, pnpm's hooks file
+             ".cargo/config.toml", ".cargo/config", ".yarnrc.yml", ".yarnrc", ".npmrc", ".pnpmfile.cjs")
+# mise's environment variants (mise.ENV.toml) and editor workspaces.
+PROTECTED_GLOBS = ("*.code-workspace", ".mise.*.toml", "mise.*.toml")
 # In a git directory (`.git`, a `gitdir:` target in the project, each submodule's
 # under modules/) everything is protected but the repository's data: a new
 # commondir, config.worktree or worktrees/ would point git at a config and hooks of the
@@ -62,7 +68,7 @@ WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "a
            "gradlew", "gradle/wrapper", "package.json", "package-lock.json", "yarn.lock", "pnpm-lock.yaml",
            "Makefile", "setup.py", "setup.cfg", "pyproject.toml", "tox.ini", "noxfile.py", "requirements.txt",
            "poetry.lock", "uv.lock", "Pipfile.lock", "Cargo.lock", "go.sum", "Gemfile.lock", "Dockerfile",
-           "docker-compose.yml", "compose.yaml", ".pre-commit-config.yaml", ".husky", ".idea", "CLAUDE.md",
+           "docker-compose.yml", "compose.yaml", ".pre-commit-config.yaml", ".husky", "CLAUDE.md",
            "AGENTS.md")
 MAX_ENTRIES = 5000
 MAX_BYTES = 32 << 20
