@@ -352,3 +352,24 @@ def test_one_run_per_project_whatever_its_workflow(host, ctx, attacked):
     rc, lines, result, _, _ = attacked
     assert lines.second == "second rc=75", (lines.second, lines.second_out[-2000:])
     assert "another run on this project holds" in lines.second_out, lines.second_out[-2000:]
+
+
+@pytest.mark.parametrize("mode,script,want_rc,want_reason", [
+    # Issue 29, finding 8: the workload's own output set the result's verdicts.
+    ("container", "echo 'kooi: limit reached: memory pids'; exit 0", 0, "ok"),
+    ("jail", "echo 'bwrap: Creating new namespace failed: Operation not permitted'; exit 1", 1, "failed"),
+])
+def test_the_result_is_kooi_s_not_the_workload_s(host, ctx, mode, script, want_rc, want_reason):
+    name = f"hostile-verdict-{mode}"
+    doc = {"mode": mode, "timeout": 60, "command": ["sh", "-c", script]}
+    if mode == "container":
+        doc["image"] = "runner"
+    text = yaml.safe_dump(doc, sort_keys=False)
+    project = f"{ctx.engine.runner_home}/kooi-hostile/verdict-{mode}"
+    out = f"/var/lib/kooi/runs/{name}.json"
+    host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/{name}.yml && "
+             f"chmod 0644 {WFDIR}/{name}.yml && runuser -u {ctx.runner} -- mkdir -p {project} && rm -f {out}")
+    res = host.run(f"KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {project} --json {out}")
+    result = json.loads(host.file(out).content_string)
+    assert (res.rc, result["reason"]) == (want_rc, want_reason), res.stdout + res.stderr
+    assert result.get("limit") is None, result

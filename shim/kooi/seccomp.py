@@ -147,6 +147,15 @@ LIMIT_EVENTS = (("/sys/fs/cgroup/pids.events", "max", "pids"), ("/sys/fs/cgroup/
                 ("/sys/fs/cgroup/memory.events", "oom_kill", "memory"),
                 ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill", "memory"))
 LIMIT_MARK = "kooi: limit reached: "
+# The run's secret for the init's report (kooi run sets it in the container's
+# environment; the init takes it out before the workload starts and is not dumpable, so
+# the workload can neither read it nor print a report of its own that kooi would take).
+TOKEN_ENV = "KOOI_INIT_TOKEN"
+
+
+def limit_mark(token: str) -> str:
+    """The start of the init's limit report for a run whose secret is TOKEN."""
+    return f"{LIMIT_MARK[:-2]} [{token}]: " if token else LIMIT_MARK
 
 
 def limits_reached(events: tuple[tuple[str, str, str], ...] = LIMIT_EVENTS) -> list[str]:
@@ -186,10 +195,13 @@ def _end_the_rest() -> None:
         time.sleep(0.01)
 
 
+_TOKEN = ""  # the run's secret (TOKEN_ENV), taken out of the environment by init()
+
+
 def _report_limits() -> None:
     hits = limits_reached()
     if hits:
-        os.write(2, f"{LIMIT_MARK}{' '.join(hits)}\n".encode())
+        os.write(2, f"{limit_mark(_TOKEN)}{' '.join(hits)}\n".encode())
 
 
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGCONT")
@@ -200,10 +212,12 @@ def init(deadline: float, argv: list[str], nice: int = 0, debugger: bool = False
     import ctypes
     import signal
 
+    global _TOKEN
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0: no ptrace, no /proc/1/mem
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0: no ptrace, no /proc/1/mem, /proc/1/environ
         print("kooi: cannot make the init undumpable", file=sys.stderr)
         sys.exit(125)
+    _TOKEN = os.environ.pop(TOKEN_ENV, "")  # the workload's environment goes without it
     child = os.fork()
     if child == 0:
         _exec(argv, nice, debugger)

@@ -10,6 +10,7 @@ engine of its own (testcontainers: brokered.BrokeredEngine).
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from .. import apparmor, engineapi, image, labels
 from ..hoststate import paths
 from ..hoststate.egress import EgressConfig
 from ..hoststate.engine import EngineConfig
-from ..seccomp import LIMIT_MARK, limits_reached
+from ..seccomp import TOKEN_ENV, limit_mark, limits_reached
 from ..workflow import Workflow
 from . import filters
 from . import limits as run_limits
@@ -117,6 +118,8 @@ class ContainerBackend:
         self.registered = False
         self.plan: run_limits.Plan | None = None
         self.tail = ""  # the end of the workload's output (the init's limit report)
+        self.token = ""  # the init's secret: only its limit report carries it
+        self.hits_seen: list[str] = []  # limits kooi saw reached itself (before killing the run)
         self.pid: int | None = None  # the container's init, as the host sees it
 
     def prepare(self, ctx: RunContext) -> None:
@@ -161,6 +164,9 @@ class ContainerBackend:
                               f"profile ({profile}, kooi_engine_seccomp: auto) refuses ptrace for every container; "
                               "set kooi_engine_seccomp: engine and re-run site.yml to allow debugger workflows here")
         res.seccomp = filters.stack_on_container(body, img, wf.timeout, plan.nice, wf.debugger)
+        if res.seccomp["kooi"]:
+            self.token = secrets.token_hex(16)
+            set_env(body, {**env_of(body), TOKEN_ENV: self.token})
         if wf.debugger:
             res.seccomp["note"] += "; ptrace allowed (debugger: true)"
         log.note("seccomp: " + res.seccomp["note"])
@@ -398,9 +404,13 @@ class ContainerBackend:
         reads its cgroup's event counters (kooi/seccomp.py)."""
         assert self.ctx is not None
         hits = ["memory"] if oom_killed else []
-        for line in self.tail.strip().splitlines()[-3:]:
-            if line.startswith(LIMIT_MARK):
-                hits += [h for h in line[len(LIMIT_MARK):].split() if h in ("pids", "memory") and h not in hits]
+        hits += [h for h in self.hits_seen if h not in hits]
+        mark = limit_mark(self.token)
+        for line in self.tail.strip().splitlines()[-3:] if self.token else []:
+            # Only the init's report counts (it carries the run's secret): a line the
+            # workload printed sets no limit of the result.
+            if line.startswith(mark):
+                hits += [h for h in line[len(mark):].split() if h in ("pids", "memory") and h not in hits]
         pids = (stats or {}).get("pids_stats") or {}
         if pids.get("limit") and pids.get("current", 0) >= pids["limit"] and "pids" not in hits:
             hits.append("pids")
@@ -414,7 +424,7 @@ class ContainerBackend:
         assert self.client is not None and self.container is not None
         hits = cgroup_limits_reached(self.pid) if self.pid else []
         if hits:
-            self.tail += "\n" + LIMIT_MARK + " ".join(hits) + "\n"  # as the init would have said
+            self.hits_seen += hits  # what the init would have said
         try:
             stats = self.client.request("GET", f"/containers/{self.container}/stats",
                                         query={"stream": "0", "one-shot": "1"}, timeout=10)

@@ -94,6 +94,7 @@ class JailBackend:
         self.first: list[str] = []
         self.bridge: egress.JailBridge | None = None
         self.fds: list[int] = []
+        self.status_r: int | None = None  # bwrap's --json-status-fd, read end
         self.argv: list[str] = []
         self.ctx: RunContext | None = None
         self.plan: run_limits.Plan | None = None
@@ -131,7 +132,14 @@ class JailBackend:
             os.write(wfd, filt)
         finally:
             os.close(wfd)
-        jail = [*prefix, *bwrap_argv(wf, ctx.project, proxy, rfd, ctx.shadows(), plan, cgroup=bool(plan.scope))]
+        # bwrap says on this pipe when the workload's process exists ({"child-pid": N}):
+        # until then a failure is bwrap's own, after it the exit code is the workload's,
+        # whatever the workload printed (its output and bwrap's messages share a stream).
+        self.status_r, status_w = os.pipe()
+        self.fds.append(status_w)
+        argv = bwrap_argv(wf, ctx.project, proxy, rfd, ctx.shadows(), plan, cgroup=bool(plan.scope))
+        argv[1:1] = ["--json-status-fd", str(status_w)]
+        jail = [*prefix, *argv]
         if plan.scope:
             self.scope = ctx.run_dir / "jails" / f"{ctx.run_id}.scope"
             self.scope.parent.mkdir(parents=True, exist_ok=True)
@@ -168,6 +176,7 @@ class JailBackend:
             return None
         self.pump.join(timeout=10)
         first = self.first
+        started = self._workload_started()
         if self.scope is not None:
             if not jailscope.started(self.scope):
                 raise RunError("unavailable", EXIT_UNAVAILABLE,
@@ -176,13 +185,26 @@ class JailBackend:
             self._limits_reached(jailscope.reached(self.scope))
         if rc == 1 and first and first[0].startswith("bwrap: execvp"):
             return 127  # the workflow's command does not exist in the jail
-        if rc == 1 and first and first[0].startswith("bwrap: "):
+        if rc == 1 and first and first[0].startswith("bwrap: ") and not started:
             # bubblewrap itself failed before the workload started (e.g. no unprivileged
             # user namespaces on this kernel): not the workload's exit code.
             raise RunError("unavailable", EXIT_UNAVAILABLE,
                            f"bubblewrap could not set up the jail: {first[0].strip()[7:]} (unprivileged user "
                            "namespaces must be allowed: sysctl kernel.unprivileged_userns_clone=1)")
         return rc if rc >= 0 else 128 - rc
+
+    def _workload_started(self) -> bool:
+        """bwrap reported the workload's process on its status pipe."""
+        if self.status_r is None:
+            return False
+        os.set_blocking(self.status_r, False)
+        data = b""
+        try:
+            while chunk := os.read(self.status_r, 65536):
+                data += chunk
+        except BlockingIOError:
+            pass
+        return b'"child-pid"' in data
 
     def kill(self) -> None:
         # bwrap dies; --die-with-parent and the pid namespace take every jailed process.
@@ -212,6 +234,9 @@ class JailBackend:
         for fd in self.fds:
             os.close(fd)
         self.fds.clear()
+        if self.status_r is not None:
+            os.close(self.status_r)
+            self.status_r = None
         if self.bridge is not None:
             self.bridge.close()
             shutil.rmtree(self.bridge.dir, ignore_errors=True)
