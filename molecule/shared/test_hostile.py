@@ -143,6 +143,17 @@ def smuggle(name, first):
     print(f"HOSTILE {name}-start {st}", flush=True)
 smuggle("smuggle-detached", "detached")
 smuggle("smuggle-error", "error")
+# 11. anonymous volumes left behind: removed without v=1 by the workload itself
+for name, hc, top in (("anon-volumes", {}, {"Volumes": {"/data": {}}}),
+                      ("anon-mount", {"Mounts": [{"Type": "volume", "Target": "/data2"}]}, {})):
+    cid = create(name, hc, cmd=["sh", "-c", "echo x > /data/x 2>/dev/null; echo x > /data2/x 2>/dev/null; true"],
+                 **top)
+    if cid:
+        run(cid)
+        say(f"{name}-removed", *call("DELETE", f"/containers/{cid}?force=1"))
+# 12. a collection's endpoint with another method names an object of that name (the
+# engine owner's container "prune")
+say("delete-prune", *call("DELETE", "/containers/prune?force=1"))
 # 10. other runs' ids probed: the same answer whether they exist or not
 say("probe-missing", *call("GET", "/containers/0123456789ab/json"))
 say("probe-other", *call("GET", f"/containers/{os.environ['HOSTILE_OTHER']}/json"))
@@ -166,10 +177,13 @@ def attacked(host, ctx):
     """One hostile run: (rc, output lines, result, what the host saw while it ran)."""
     home = ctx.engine.runner_home
     project = f"{home}/kooi-hostile/project"
-    # A container of someone else's (the engine's owner's), whose id the workload probes.
-    engine(host, ctx, "rm -f kooi-hostile-other")
+    # A container of someone else's (the engine's owner's), whose id the workload probes,
+    # and one named like a collection's endpoint.
+    engine(host, ctx, "rm -f kooi-hostile-other prune")
     other = engine(host, ctx, f"create --name kooi-hostile-other --network none {PROBE} true").stdout.strip()
     assert other, "could not create the other container"
+    assert engine(host, ctx, f"create --name prune --network none {PROBE} true").succeeded
+    volumes_before = set(engine(host, ctx, "volume ls -q").stdout.split())
     doc = {"mode": "container", "image": "runner", "testcontainers": True, "timeout": 300,
            "limits": {"memory": "256m", "pids": 512},
            "environment": {"HOSTILE_HOME": home, "HOSTILE_OTHER": other},
@@ -211,7 +225,10 @@ wait $pid; rc=$?; wait; echo "rc=$rc"
     during = "\n".join(ln for ln in during.splitlines() if not ln.startswith("second rc="))
     # What the run left on the engine, then removed (a smuggled create would be unlabelled).
     lines.leftover = engine(host, ctx, "ps -a --format '{{.Names}}'").stdout
-    engine(host, ctx, "rm -f kooi-hostile-other kooi-hostile-smuggle-detached kooi-hostile-smuggle-error")
+    lines.new_volumes = sorted(set(engine(host, ctx, "volume ls -q").stdout.split()) - volumes_before)
+    engine(host, ctx, "rm -f kooi-hostile-other kooi-hostile-smuggle-detached kooi-hostile-smuggle-error prune")
+    for v in lines.new_volumes:
+        engine(host, ctx, f"volume rm -f {v}")
     assert "HOSTILE done" in output, f"the attack did not run to its end (rc {rc}):\n{output[-4000:]}"
     return rc, lines, result, during, output
 
@@ -223,6 +240,7 @@ class Lines(list):
     leftover = ""
     second = ""      # `second rc=N` of another workflow's run on the project, started meanwhile
     second_out = ""  # its output
+    new_volumes: list[str] = []  # volumes on the engine after the run that were not there before
 
     def __getitem__(self, name):  # type: ignore[override]
         if not isinstance(name, str):
@@ -373,3 +391,18 @@ def test_the_result_is_kooi_s_not_the_workload_s(host, ctx, mode, script, want_r
     result = json.loads(host.file(out).content_string)
     assert (res.rc, result["reason"]) == (want_rc, want_reason), res.stdout + res.stderr
     assert result.get("limit") is None, result
+
+
+def test_no_anonymous_volume_outlives_the_run(host, ctx, attacked):
+    """Found by the second hostile review: a container with anonymous volumes, removed by
+    the workload without v=1, left them (unlabelled: no cleanup found them)."""
+    rc, lines, result, _, _ = attacked
+    for name in ("anon-volumes", "anon-mount"):
+        assert " 201 " in lines[name] and " 204 " in lines[f"{name}-removed"], (lines[name], lines[f"{name}-removed"])
+    assert lines.new_volumes == [], lines.new_volumes
+
+
+def test_another_method_on_a_collection_reaches_nothing_by_name(host, ctx, attacked):
+    rc, lines, result, _, _ = attacked
+    refused(lines, "delete-prune", "does not exist or is not this run's")
+    assert "prune" in lines.leftover.split(), lines.leftover

@@ -723,13 +723,11 @@ API: Table[Route] = Table([
     # what a run reaches: its own objects, and listings of them
     Route(ANY, "/system/prune", run=Refuse(PRUNES)),
     Route(DELETE, "/images/{name}/**", run=Refuse(IMAGE_REMOVAL)),
-    # NB: these rows and the .../create ones below take any method, as they always did:
-    # `DELETE /containers/prune` (or json, create; /networks/create, /volumes/create)
-    # reaches an object of that *name* with no ownership check.
-    Route(ANY, "/{containers|images|volumes|networks}/prune", run=SCOPED),
-    Route(GET, "/containers/json", run=SCOPED),
-    Route(GET, "/{networks|volumes|events}", run=SCOPED),
-    Route(ANY, "/containers/{json|create}"),
+    # Each with its own method: any other (`DELETE /containers/prune`, `.../json`,
+    # `.../create`) names an object of that *name*, and goes to the ownership rows.
+    Route(POST, "/{containers|images|volumes|networks}/prune", run=SCOPED),
+    Route(READ, "/containers/json", run=SCOPED),
+    Route(READ, "/{networks|volumes|events}", run=SCOPED),
     Route(POST, "/containers/{id}/attach", run=Owned("container"), hijack=True),
     Route(ANY, "/containers/{id}/**", run=Owned("container")),
     Route(ANY, "/commit", run=Refuse(f"committing a container {IMAGES_OUTLIVE}")),
@@ -738,9 +736,7 @@ API: Table[Route] = Table([
     Route(POST, "/images/{name}/**", run=Refuse(f"tagging or pushing an image {IMAGES_OUTLIVE}")),
     Route(POST, "/exec/{id}/start", run=Owned("exec"), hijack=True),
     Route(ANY, "/exec/{id}/**", run=Owned("exec")),
-    Route(ANY, "/networks/create"),
     Route(ANY, "/networks/{id}/**", run=Owned("network")),
-    Route(ANY, "/volumes/create"),
     Route(ANY, "/volumes/{id}", run=Owned("volume")),
     # the engine's and the images' descriptions (images are shared and read-only to a
     # run), registry look-ups and credential checks

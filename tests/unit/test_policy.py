@@ -418,7 +418,12 @@ def test_the_run_column():
     assert route("POST", "/exec/abc/start").route.hijack
     assert route("DELETE", "/containers/abc").route.run.kind == "container"
     assert route("GET", "/containers/json").route.run is not None
-    assert route("HEAD", "/containers/json").route.run is None
+    assert route("HEAD", "/containers/json").route.run is not None
+    # another method on a collection's endpoint names an object of that name: ownership
+    for method, path, kind in (("DELETE", "/containers/json", "container"), ("DELETE", "/containers/create", "container"),
+                               ("DELETE", "/containers/prune", "container"), ("DELETE", "/volumes/create", "volume"),
+                               ("DELETE", "/networks/create", "network"), ("DELETE", "/volumes/prune", "volume")):
+        assert route(method, path).route.run.kind == kind, (method, path)
     assert route("GET", "/_ping").route == policy.Route(policy.READ, "/{_ping|info|version}")  # explicit, allowed
 
 
