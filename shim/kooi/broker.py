@@ -38,7 +38,17 @@ from typing import Any
 
 from . import gojson, labels
 from .engineapi import Engine
-from .httpwire import BadRequest, Reader, Request, continue_if_expected, forward, read_body, read_head, respond
+from .httpwire import (
+    BadRequest,
+    NoRequest,
+    Reader,
+    Request,
+    continue_if_expected,
+    forward,
+    read_body,
+    read_head,
+    respond,
+)
 from .policy import (
     MAX_BODY,
     TMPFS_TOTAL,
@@ -585,6 +595,8 @@ class _Handler(socketserver.BaseRequestHandler):
         r = Reader(client)
         try:
             req = read_head(r)
+        except NoRequest:
+            return
         except (BadRequest, OSError) as exc:
             broker.record(Request("?", "(a malformed request)", "", []), deny(f"malformed request: {exc}"))
             _reply(client, 400, f"kooi broker: {exc}")

@@ -39,6 +39,11 @@ class BadRequest(Exception):
     """The bytes are not one unambiguous HTTP/1.1 request (answer 400 and close)."""
 
 
+class NoRequest(BadRequest):
+    """The client closed the connection without sending a byte (a connection pool's
+    probe): nothing to answer or record."""
+
+
 @dataclass
 class Request:
     method: str
@@ -61,12 +66,14 @@ class Reader:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.buf = bytearray()
+        self.started = False  # any byte received
 
     def _fill(self) -> bool:
         data = self.sock.recv(BLOCK)
         if not data:
             return False
         self.buf += data
+        self.started = True
         return True
 
     def readline(self, limit: int) -> bytes:
@@ -79,6 +86,8 @@ class Reader:
             if len(self.buf) > limit:
                 raise BadRequest("request head too large")
             if not self._fill():
+                if not self.buf and not self.started:
+                    raise NoRequest("connection closed before a request")
                 raise BadRequest("connection closed mid-request")
 
     def read(self, n: int) -> bytes:

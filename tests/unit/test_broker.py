@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 import urllib.parse
 
 import pytest
@@ -419,3 +420,23 @@ def test_networks_per_run_are_bounded():
 def test_images_are_used_and_pulled_never_made_or_repointed(method, uri, allowed):
     d, _ = decide(broker()[0], method, uri)
     assert d.allow == allowed, d.reason
+
+
+def test_a_connection_closed_before_a_request_is_no_request_and_one_closed_within_is_bad():
+    from kooi.httpwire import NoRequest
+
+    with pytest.raises(NoRequest):
+        read_head(reader(b""))
+    with pytest.raises(BadRequest) as exc:
+        read_head(reader(b"GET /_ping HTTP/1.1\r\nHost"))
+    assert not isinstance(exc.value, NoRequest)
+
+
+def test_gc_leaves_a_scan_container_that_may_be_in_use():
+    """Found in CI: the hourly gc removed the container of an image scan in progress."""
+    from kooi.run.leftovers import SCAN_GRACE, _age
+
+    now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    assert _age(now + ".123456789Z") < SCAN_GRACE and _age(now + "Z") < SCAN_GRACE
+    assert _age("2020-01-01T00:00:00.5Z") > SCAN_GRACE
+    assert _age("not a time") == 0.0

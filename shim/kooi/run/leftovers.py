@@ -34,6 +34,8 @@ def gc(run_dir: Path, engine_config: Path | None = None, dry_run: bool = False,
         if not dry_run:
             c.remove(force=True, v=True)
     for c in client.containers.list(all=True, filters={"label": f"{labels.SCAN}=1"}):
+        if _age(c.attrs.get("Created", "")) < SCAN_GRACE:
+            continue  # a scan may be running now (kooi image build); a killed one's goes next time
         removed.append(f"container {c.name}")
         if not dry_run:
             c.remove(force=True, v=True)
@@ -56,6 +58,21 @@ def gc(run_dir: Path, engine_config: Path | None = None, dry_run: bool = False,
     removed += _sweep(run_dir, "shadows", cutoff, dry_run, tree=True)
     client.close()
     return removed
+
+
+SCAN_GRACE = 3600.0  # seconds: an image scan's container younger than this may be in use
+
+
+def _age(created: str) -> float:
+    """Seconds since an engine timestamp (RFC 3339 with nanoseconds); 0 if unreadable."""
+    from datetime import datetime
+
+    try:
+        stamp = datetime.fromisoformat(created[:26].rstrip("Z") + "+00:00" if "." in created else
+                                       created.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return time.time() - stamp.timestamp()
 
 
 WARNING = "warning: "  # gc's items that say what it did not remove, and why
