@@ -139,7 +139,7 @@ if ok images; then
   # The hostile suite (molecule/shared/test_hostile*.py) against this machine's rootless
   # engine; Molecule's verify runs it on the userns-remap host.
   stage local-e2e pytest -q -p no:cacheprovider --durations=15 tests/e2e molecule/shared/test_hostile.py \
-    molecule/shared/test_hostile_root.py --hosts=local:// --junitxml "$KOOI_REPORT_DIR/e2e.xml"
+    molecule/shared/test_hostile_root.py molecule/shared/test_hostile_git.py --hosts=local:// --junitxml "$KOOI_REPORT_DIR/e2e.xml"
 else
   skipped local-e2e "images failed"
 fi

@@ -140,11 +140,16 @@ def scan_image(client: docker.DockerClient, image_id: str, declared_caps: tuple[
     """Export the image's filesystem (a created, never started container) and scan it."""
     c = client.api.create_container(image_id, command=["/nonexistent"], network_disabled=True,
                                     labels={labels.SCAN: "1"})
+    import docker.errors
+
     try:
         raw = client.api.export(c["Id"])
         return scan_filesystem(_ChunkReader(iter(raw)), declared_caps)
     finally:
-        client.api.remove_container(c["Id"], force=True)
+        try:
+            client.api.remove_container(c["Id"], force=True)
+        except docker.errors.NotFound:
+            pass  # gone already (an operator's prune): what this wanted
 
 
 def default_user_is_root(attrs: dict[str, Any]) -> bool:

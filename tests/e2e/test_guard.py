@@ -1,9 +1,9 @@
 """The project cannot be turned against the host (run.guard), in a container and in a
 jail: a workload that commits its work, writes a git hook and git's configuration,
-drops an .envrc and changes a watched file. Its commit stays; the hook and
-configuration writes land in throwaway copies and never in the project (`git config`,
-which renames over the file, fails); the .envrc is gone after it; the result lists
-every refusal and the watched change."""
+drops an .envrc and changes a watched file. Its commit stays (objects and refs bound
+in, the index and HEAD copied back); the hook and configuration writes land in the
+throwaway git directory and never in the project; the .envrc is gone after it; the
+result lists every refusal and the watched change."""
 
 from __future__ import annotations
 
@@ -54,11 +54,11 @@ def test_protected_paths_survive_a_workload_and_watched_ones_are_listed(host, wf
     out = res.stdout
     assert res.returncode == 0, out[-3000:] + res.stderr
     assert "COMMIT=ok" in out and "ENVRC=ok" in out and "WATCHED=ok" in out, out[-3000:]
-    # The hook and the appended configuration landed in the copies; git's own rename
-    # over the mounted configuration failed.
-    assert "HOOK=ok" in out and "CONFIGW=ok" in out and "CONFIG=fail" in out, out[-3000:]
-    # Its work stays; what executes on the host later does not.
+    # The hook and the configuration (git's own rename over it too) landed in the copy.
+    assert "HOOK=ok" in out and "CONFIGW=ok" in out and "CONFIG=ok" in out, out[-3000:]
+    # Its work stays, the index with it; what executes on the host later does not.
     assert "the agent fixed it" in git(proj, "log", "--format=%s", user=user)
+    assert "fixed.txt" not in git(proj, "status", "--porcelain", user=user)
     assert not (proj / ".git/hooks/post-checkout").exists()
     assert (proj / ".git/config").read_text() == config
     assert not (proj / ".envrc").exists()

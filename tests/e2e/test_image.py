@@ -39,8 +39,15 @@ def docker(engine, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
+def drop_e2e_images(engine) -> None:
+    """Images of these tests' builds ("e2e"), pinned or not (an earlier failed test's)."""
+    for image_id in set(docker(engine, "images", "-q", "--filter", "label=org.kooi.image=e2e").stdout.split()):
+        docker(engine, "rmi", "-f", image_id)
+
+
 @pytest.fixture
 def context_copy(engine):
+    drop_e2e_images(engine)
     d = Path(tempfile.mkdtemp(prefix="kooi-e2e-context-", dir="/var/tmp"))
     shutil.copytree(CONTEXT, d, dirs_exist_ok=True)
     yield d

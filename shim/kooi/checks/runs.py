@@ -157,8 +157,8 @@ def run_lock(host: Host, ctx: Context) -> Outcome:
     return PASS, "second run refused with rc 75 (busy) while the first ran; the first finished ok"
 
 
-@check("RUN-PROJECT-GUARD", "git's hooks, config and info are throwaway copies while a run lasts; the project's "
-       "other protected paths are put back after it",
+@check("RUN-PROJECT-GUARD", "the project's git directories are throwaway copies (git's data bound in) while a run "
+       "lasts; the project's other protected paths are put back after it",
        "a workload leaving a git hook, git configuration or an .envrc that runs on the host at the next git "
        "command or cd, outside the cage")
 def run_project_guard(host: Host, ctx: Context) -> Outcome:
@@ -177,7 +177,7 @@ def run_project_guard(host: Host, ctx: Context) -> Outcome:
         bad.append(f"the workload did not run to its end (rc={rc}, reason {res.get('reason')}: "
                    f"{res.get('message')}; its log ends {text.strip()[-160:]!r})")
     if "HOOK=written" not in text:
-        bad.append("the hook write into the throwaway copy of .git/hooks failed")
+        bad.append("the hook write into the throwaway copy of .git failed")
     if host.file(f"{PROJECT}/.git/hooks/post-checkout").exists or host.file(f"{PROJECT}/.envrc").exists:
         bad.append("a protected path the workload wrote is still there after the run")
     guard = res.get("project_guard") or {}
@@ -189,7 +189,7 @@ def run_project_guard(host: Host, ctx: Context) -> Outcome:
         bad.append(f"the result does not list the .envrc it put back: {refused}")
     if bad:
         return FAIL, "; ".join(bad)
-    return PASS, ("the hook landed in a throwaway copy of .git/hooks, never in the project; the .envrc it created "
+    return PASS, ("the hook landed in a throwaway copy of .git, never in the project; the .envrc it created "
                   "was removed; both listed")
 
 

@@ -192,7 +192,7 @@ class ContainerBackend:
         eg = ctx.egress_preflight()
         if wf.testcontainers:
             self.access = BrokeredEngine(client, ctx, conf.profile)
-            self.access.open(body, plan.ceilings(), shadows)
+            self.access.open(body, plan.ceilings(), ctx.guard.nested_shadows if ctx.guard else [])
         if eg is not None:
             self.settings = self._wire_egress(eg, body, img)
         if wf.secrets:

@@ -64,15 +64,16 @@ class RunContext:
             raise unavailable(str(exc)) from None
 
     def shadows(self) -> list[tuple[str, Path]]:
-        """The throwaway copies of git's hooks, config and info to mount over the
-        project's while the workload runs (run.guard): (path in the project, copy)."""
+        """The throwaway git directories (and `.git` files) to mount over the project's
+        while the workload runs, with git's data bound in (run.guard): (path in the
+        project, host path), parents first. guard.nested_shadows: the same for the
+        containers the workload starts."""
         if self.guard is None:
             return []
         try:
             return self.guard.shadows(self.run_dir / "shadows" / self.run_id)
         except (GuardError, OSError) as exc:
-            raise refused(f"project: cannot make the throwaway copies of git's hooks, config and info ({exc})") \
-                from None
+            raise refused(f"project: cannot make the throwaway copies of its git directories ({exc})") from None
 
     def egress_preflight(self) -> EgressConfig | None:
         """The host's egress if the workload gets a network (network: proxy,

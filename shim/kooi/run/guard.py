@@ -26,6 +26,7 @@ A workflow can drop protected paths from the list (unprotected_paths).
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import re
 import shutil
@@ -55,12 +56,31 @@ GIT_DATA = frozenset({
     "MERGE_MODE", "AUTO_MERGE", "CHERRY_PICK_HEAD", "REVERT_HEAD", "COMMIT_EDITMSG", "TAG_EDITMSG", "SQUASH_MSG",
     "packed-refs", "description", "shallow", "rebase-merge", "rebase-apply", "sequencer", "lost-found", "gc.log",
     "gc.pid", "BISECT_LOG", "BISECT_START", "BISECT_TERMS", "BISECT_NAMES", "BISECT_EXPECTED_REV",
-    "BISECT_ANCESTORS_OK", "branches", "modules"})
-# Shadowed (a throwaway copy mounted over them) while the workload runs, where they
-# are real.
+    "BISECT_ANCESTORS_OK", "branches", "modules", "lfs", "rr-cache"})
+
+
+def is_git_data(name: str) -> bool:
+    """NAME, in a git directory, is the repository's data (a split index's shared part too)."""
+    return name in GIT_DATA or name.startswith("sharedindex.")
+# While the workload runs, every git directory of the project (its own `.git`, a
+# `gitdir:` target, each submodule's under modules/, a nested repository's) is a
+# throwaway copy mounted over the real one: its configuration and hooks (everything but
+# the data) from the snapshot, git's data files copied in (and back afterwards), git's
+# data directories bound from the real one. The host's git, which runs whenever anyone
+# looks at the project, never sees a config, hook, commondir or a renamed `.git` of the
+# workload's while the run runs. Bound from the real git directory:
+BOUND = ("objects", "refs", "logs", "lfs", "rr-cache")
+# The paths of a git directory a workflow may leave to the workload for real.
 SHADOWED = (".git/hooks", ".git/config", ".git/info")
 # What a workflow may unprotect (unprotected_paths; the schema's enum).
 UNPROTECTABLE = PROTECTED + SHADOWED + (".git/modules",)
+# How many git directories (a throwaway each) and `.git` files (a copy each) a run takes.
+MAX_GIT_DIRS = 32
+MAX_GIT_FILES = 64
+# How far kooi looks for nested repositories (entries of the project; before and after).
+MAX_WALK = 2_000_000
+# Git's data kooi copies back from a throwaway: regular files and directories only, at most.
+MAX_DATA_BYTES = 1 << 30
 # Changed paths a pipeline should look at before it trusts the result: CI definitions,
 # build scripts and wrappers, lockfiles, hook managers, agent instructions.
 WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "azure-pipelines.yml", ".buildkite",
@@ -191,7 +211,7 @@ def scan(root: Path, paths: tuple[str, ...], content: bool = True, strict: bool 
         in_git = rel in git_dirs or rel.startswith(".git/modules/") and _is_git_dir(root, rel)
         for name in names:
             child = f"{rel}/{name}" if rel else name
-            if in_git and name in GIT_DATA:
+            if in_git and is_git_data(name):
                 if name == "modules":
                     todo.append(child)  # submodules' git directories: the same rule
                 continue
@@ -322,6 +342,152 @@ def config_targets(root: Path) -> tuple[list[str], list[str]]:
     return extra, gitdirs
 
 
+def find_git_entries(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list[str], bool]:
+    """Every `.git` below ROOT's top (nested repositories, submodules' checkouts), never
+    through a symlink and never into a git directory: (directories, other entries,
+    complete: False when ROOT holds more than LIMIT entries)."""
+    dirs: list[str] = []
+    others: list[str] = []
+    n = 0
+    todo = [""]
+    while todo:
+        rel = todo.pop()
+        try:
+            it = os.scandir(root / rel if rel else root)
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                n += 1
+                if n > limit:
+                    return dirs, others, False
+                child = f"{rel}/{e.name}" if rel else e.name
+                try:
+                    is_dir = e.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if e.name == ".git":
+                    if rel:
+                        (dirs if is_dir else others).append(child)
+                elif is_dir:
+                    todo.append(child)
+    return sorted(dirs), sorted(others), True
+
+
+def _open_dir(root: Path, rel: str) -> int:
+    """A descriptor of ROOT/REL, no component of REL followed if it is a symlink."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in Path(rel).parts:
+            nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+Fingerprint = tuple[Any, ...]
+
+
+def _fingerprint(dir_fd: int, name: str, content: bool = False) -> Fingerprint | None:
+    """What NAME in DIR_FD is (never followed): a file's mode, size and either its
+    content's digest (CONTENT) or its mtime, ctime and inode; a directory's with its
+    entries'. None when it does not exist."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        if not content:
+            return ("file", stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        h = hashlib.sha256()
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        try:
+            while chunk := os.read(fd, 1 << 20):
+                h.update(chunk)
+        finally:
+            os.close(fd)
+        return ("file", stat.S_IMODE(st.st_mode), st.st_size, h.hexdigest())
+    if stat.S_ISDIR(st.st_mode):
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+        try:
+            return ("dir", stat.S_IMODE(st.st_mode),
+                    tuple((n, _fingerprint(fd, n, content)) for n in sorted(os.listdir(fd))))
+        finally:
+            os.close(fd)
+    return ("other", st.st_mode)
+
+
+def _copy(src_fd: int, name: str, dst_fd: int, dst_name: str, owner: tuple[int, int] | None,
+          budget: list[int]) -> None:
+    """Copy NAME (a regular file or a directory of them; links and anything else are
+    left out) from SRC_FD to DST_NAME in DST_FD, never following a link, owned by
+    OWNER; BUDGET[0]: the bytes still allowed (OSError when they run out)."""
+    st = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
+    if stat.S_ISDIR(st.st_mode):
+        os.mkdir(dst_name, 0o700, dir_fd=dst_fd)
+        sfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=src_fd)
+        dfd = os.open(dst_name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dst_fd)
+        try:
+            for n in os.listdir(sfd):
+                _copy(sfd, n, dfd, n, owner, budget)
+            os.fchmod(dfd, stat.S_IMODE(st.st_mode))
+            if owner is not None:
+                os.fchown(dfd, *owner)
+        finally:
+            os.close(sfd)
+            os.close(dfd)
+        return
+    if not stat.S_ISREG(st.st_mode):
+        return
+    sfd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=src_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(sfd).st_mode):
+            return
+        dfd = os.open(dst_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dst_fd)
+        try:
+            while chunk := os.read(sfd, 1 << 20):
+                budget[0] -= len(chunk)
+                if budget[0] < 0:
+                    raise OSError(27, f"git's data is larger than {MAX_DATA_BYTES >> 20} MiB")
+                os.write(dfd, chunk)
+            os.fchmod(dfd, stat.S_IMODE(st.st_mode))
+            if owner is not None:
+                os.fchown(dfd, *owner)
+        finally:
+            os.close(dfd)
+    finally:
+        os.close(sfd)
+
+
+def _remove_at(dir_fd: int, name: str) -> None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+@dataclass
+class Throwaway:
+    """A git directory's throwaway copy (Guard.shadows): GIT (its path in the project) is
+    COPY/GIT; BOUND: its data directories bound from the real one; COPIED: git's data
+    files and other directories copied in, by name: (the real one's fingerprint, the
+    copy's content) as they were; MADE: there was no git directory (kooi made an empty
+    one for a workload's `git init` to go to)."""
+    git: str
+    copy: Path
+    bound: tuple[str, ...] = ()
+    copied: dict[str, tuple[Fingerprint | None, Fingerprint | None]] = field(default_factory=dict)
+    made: bool = False
+    owner: tuple[int, int] | None = None
+
+
 @dataclass
 class Guard:
     root: Path
@@ -330,7 +496,11 @@ class Guard:
     watched: dict[str, Entry] | None = None  # None: the workload never started
     extra: list[str] = field(default_factory=list)
     git_dirs: tuple[str, ...] = (".git",)
+    nested: tuple[str, ...] = ()  # the `.git` entries below the top before the run
     shadow: Path | None = None  # where the shadows are (shadows()), until check() drops them
+    throwaways: list[Throwaway] = field(default_factory=list)
+    file_copies: list[tuple[str, Path]] = field(default_factory=list)  # `.git` files' copies
+    nested_shadows: list[tuple[str, Path]] = field(default_factory=list)  # for nested containers
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -348,7 +518,13 @@ class Guard:
     def snapshot(self) -> None:
         """Before anything of the run touches the project."""
         extra, gitdirs = config_targets(self.root)
-        self.extra, self.git_dirs = extra, (".git", *gitdirs)
+        dirs, others, complete = find_git_entries(self.root)
+        if not complete:
+            raise GuardError(f"the project holds more than {MAX_WALK} entries; kooi cannot look for the nested "
+                             "git repositories in it")
+        self.nested = tuple(dirs + others)
+        self.extra = extra + others
+        self.git_dirs = tuple(dict.fromkeys((".git", *gitdirs, *dirs)))
         self.protected = self._scan(strict=True)
 
     def snapshot_watched(self) -> None:
@@ -356,63 +532,230 @@ class Guard:
         the files' ctime)."""
         self.watched = scan(self.root, WATCHED, content=False, strict=False)
 
-    def shadowed(self) -> list[str]:
-        """git's hooks, config and info where they are real directories or files."""
-        return [p for p in SHADOWED if p not in self.unprotected and p in self.protected
-                and self.protected[p].kind in ("dir", "file")]
+    def _git_dirs_now(self) -> list[str]:
+        """Every git directory that gets a throwaway: the project's own, a `gitdir:`
+        target, nested repositories' and the submodules' under .git/modules, where they
+        are real directories and protected."""
+        out = [g for g in self.git_dirs if g not in self.unprotected and self.protected.get(g, Entry("x")).kind == "dir"]
+        if ".git" in out and ".git/modules" not in self.unprotected:
+            out += [k for k, e in self.protected.items() if k.startswith(".git/modules/") and e.kind == "dir"
+                    and _is_git_dir(self.root, k)]
+        return sorted(dict.fromkeys(out), key=lambda g: (len(Path(g).parts), g))
 
-    def _under_shadowed(self) -> dict[str, Entry]:
-        rels = self.shadowed()
-        return {k: e for k, e in self.protected.items() if any(k == r or k.startswith(r + "/") for r in rels)}
+    def _mine(self, t: Throwaway, rel: str) -> bool:
+        """REL belongs to T's git directory (not to another inside it)."""
+        if not (rel == t.git or rel.startswith(t.git + "/")):
+            return False
+        return not any(o.git != t.git and rel.startswith(o.git + "/") for o in self.throwaways)
 
     def shadows(self, base: Path) -> list[tuple[str, Path]]:
-        """Make the throwaway copies of shadowed() in BASE (a new directory), from the
-        snapshot (the project is not read again): (path in the project, its copy), to
-        mount over the project's while the workload runs."""
-        rels = self.shadowed()
-        if not rels:
-            return []
+        """Make the throwaway git directories in BASE (a new directory), their config
+        and hooks from the snapshot, git's data files copied from the project: what to
+        mount over the project's while the workload runs, parents first: (path in the
+        project, host path). nested_shadows: the same for containers the workload starts,
+        without the data directories of nested repositories (which the workload could
+        swap for a symlink before such a container starts)."""
+        gits = self._git_dirs_now()
+        files = [f for f in (".git", *self.nested) if f not in self.unprotected
+                 and self.protected.get(f, Entry("x")).kind == "file"]
+        made = ".git" not in self.protected and ".git" not in self.unprotected
+        if len(gits) > MAX_GIT_DIRS or len(files) > MAX_GIT_FILES:
+            raise GuardError(f"the project holds {len(gits)} git directories and {len(files)} `.git` files (nested "
+                             f"repositories, submodules); a run takes at most {MAX_GIT_DIRS} and {MAX_GIT_FILES}")
         base.mkdir(mode=0o700, parents=True)
         self.shadow = base
-        for rel, e in sorted(self._under_shadowed().items(), key=lambda kv: len(Path(kv[0]).parts)):
-            _restore(base, rel, e)
-        return [(rel, base / rel) for rel in rels]
-
-    def _check_shadows(self) -> tuple[list[dict[str, str]], str]:
-        """What the workload changed in the copies (never in the project), and the
-        copies removed: (refused, a warning when they could not all be)."""
-        if self.shadow is None:
-            return [], ""
-        before = self._under_shadowed()
-        refused = []
         try:
-            after = scan(self.shadow, tuple(self.shadowed()), strict=False, git_dirs=())
-        except OSError as exc:
-            after = {}
-            refused.append({"path": ".git", "change": f"its shadows unreadable ({exc.strerror or exc})",
-                            "how": "shadowed"})
-        for rel in sorted(set(before) | set(after)):
-            b, a = before.get(rel), after.get(rel)
-            if b is not None and b.same(a):
+            return self._make_shadows(base, gits, files, made)
+        except BaseException:
+            self.throwaways, self.file_copies = [], []  # nothing of a half-made copy goes back
+            raise
+
+    def _make_shadows(self, base: Path, gits: list[str], files: list[str], made: bool) -> list[tuple[str, Path]]:
+        self.throwaways = [Throwaway(g, base / f"g{i}") for i, g in enumerate(gits)]
+        mounts: list[tuple[str, Path]] = []
+        nested: list[tuple[str, Path]] = []
+        budget = [MAX_DATA_BYTES]
+        for t in self.throwaways:
+            t.copy.mkdir(mode=0o700)
+            for rel, e in sorted(((k, e) for k, e in self.protected.items() if self._mine(t, k)),
+                                 key=lambda kv: len(Path(kv[0]).parts)):
+                _restore(t.copy, rel, e)
+            real_fd = _open_dir(self.root, t.git)
+            copy_fd = _open_dir(t.copy, t.git)
+            try:
+                st = os.fstat(real_fd)
+                t.owner = (st.st_uid, st.st_gid)
+                bound = [*BOUND, *(p.rsplit("/", 1)[1] for p in self.unprotected if p.rsplit("/", 1)[0] == t.git)]
+                for name in sorted(os.listdir(real_fd)):
+                    if name in bound and stat.S_ISDIR(os.stat(name, dir_fd=real_fd, follow_symlinks=False).st_mode):
+                        os.mkdir(name, 0o755, dir_fd=copy_fd)
+                        t.bound += (name,)
+                    elif is_git_data(name) and name != "modules":
+                        _copy(real_fd, name, copy_fd, name, None, budget)
+                        t.copied[name] = (_fingerprint(real_fd, name), _fingerprint(copy_fd, name, content=True))
+            finally:
+                os.close(real_fd)
+                os.close(copy_fd)
+            _chown_tree(t.copy / t.git, t.owner)
+            mounts.append((t.git, t.copy / t.git))
+            under_git = t.git == ".git" or t.git.startswith(".git/")
+            nested.append((t.git, t.copy / t.git))
+            for name in t.bound:
+                mounts.append((f"{t.git}/{name}", self.root / t.git / name))
+                if under_git:  # the real .git is out of the workload's reach: it is never swapped
+                    nested.append((f"{t.git}/{name}", self.root / t.git / name))
+        if made:
+            t = Throwaway(".git", base / "g-new", made=True)
+            (t.copy / ".git").mkdir(mode=0o755, parents=True)
+            try:
+                st = os.stat(self.root)
+                t.owner = (st.st_uid, st.st_gid)
+                _chown_tree(t.copy / ".git", t.owner)
+            except OSError:
+                pass
+            self.throwaways.append(t)
+            mounts.append((".git", t.copy / ".git"))
+            nested.append((".git", t.copy / ".git"))
+        for i, f in enumerate(files):
+            copy = base / f"f{i}" / ".git"
+            _restore(base / f"f{i}", ".git", self.protected[f])
+            mounts.append((f, copy))
+            nested.append((f, copy))
+            self.file_copies.append((f, copy))
+
+        def depth(m: tuple[str, Path]) -> int:
+            return len(Path(m[0]).parts)
+        self.nested_shadows = sorted(nested, key=depth)
+        return sorted(mounts, key=depth)
+
+    def _check_shadows(self) -> tuple[list[dict[str, str]], list[str], str]:
+        """What the workload changed in the throwaways (never in the project), git's data
+        copied back, the throwaways removed: (refused, failures, a warning)."""
+        if self.shadow is None:
+            return [], [], ""
+        refused: list[dict[str, str]] = []
+        failed: list[str] = []
+        warnings: list[str] = []
+        for t in self.throwaways:
+            try:
+                after = {k: e for k, e in scan(t.copy, (t.git,), strict=False,
+                                                git_dirs=() if t.made else (t.git,)).items() if self._mine(t, k)}
+            except OSError as exc:
+                refused.append({"path": t.git, "change": f"its throwaway unreadable ({exc.strerror or exc})",
+                                "how": "shadowed"})
                 continue
-            refused.append({"path": rel, "change": _change(b, a), "how": "shadowed"})
-        warning = ""
+            if t.made:
+                if set(after) - {t.git}:
+                    refused.append({"path": t.git, "change": "created", "how": "shadowed"})
+                continue
+            before = {k: e for k, e in self.protected.items() if self._mine(t, k)}
+            for rel in sorted(set(before) | set(after)):
+                b, a = before.get(rel), after.get(rel)
+                if b is not None and b.same(a):
+                    continue
+                refused.append({"path": rel, "change": _change(b, a), "how": "shadowed"})
+            try:
+                warnings += self._copy_back(t)
+            except OSError as exc:
+                failed.append(f"{t.git}: git's data not copied back from the run ({exc.strerror or exc})")
+        for rel, copy in self.file_copies:
+            a = _lentry(copy, content=True, strict=False)
+            if not self.protected[rel].same(a):
+                refused.append({"path": rel, "change": _change(self.protected[rel], a), "how": "shadowed"})
         try:
             _remove(self.shadow)
         except OSError as exc:
-            warning = f"the shadows in {self.shadow} are left ({exc.strerror or exc}); kooi gc removes them"
+            warnings.append(f"the throwaway copies in {self.shadow} are left ({exc.strerror or exc}); kooi gc "
+                            "removes them")
         self.shadow = None
-        return refused, warning
+        return refused, failed, "; ".join(warnings)
+
+    def _copy_back(self, t: Throwaway) -> list[str]:
+        """Git's data files the workload changed in T (the index, HEAD, packed-refs, a
+        rebase's state...) into the project's git directory, each replaced whole; one the
+        host changed meanwhile is kept and named."""
+        warnings = []
+        copy_fd = _open_dir(t.copy, t.git)
+        real_fd = _open_dir(self.root, t.git)
+        budget = [MAX_DATA_BYTES]
+        try:
+            names = {n for n in os.listdir(copy_fd) if is_git_data(n)} | set(t.copied)
+            for name in sorted(names - set(t.bound) - {"modules"}):
+                was_real, was_copy = t.copied.get(name, (None, None))
+                now = _fingerprint(copy_fd, name, content=True)
+                if now == was_copy:
+                    continue
+                if _fingerprint(real_fd, name) != was_real:
+                    warnings.append(f"{t.git}/{name} changed on the host while the run ran: the run's is dropped")
+                    continue
+                if now is None:
+                    _remove_at(real_fd, name)
+                    continue
+                if now[0] == "other":
+                    continue
+                tmp = f".kooi-{name}.new"
+                _remove_at(real_fd, tmp)
+                _copy(copy_fd, name, real_fd, tmp, t.owner, budget)
+                if now[0] == "dir" and was_real is not None:
+                    old = f".kooi-{name}.old"
+                    _remove_at(real_fd, old)
+                    os.rename(name, old, src_dir_fd=real_fd, dst_dir_fd=real_fd)
+                    os.rename(tmp, name, src_dir_fd=real_fd, dst_dir_fd=real_fd)
+                    _remove_at(real_fd, old)
+                else:
+                    os.rename(tmp, name, src_dir_fd=real_fd, dst_dir_fd=real_fd)
+        finally:
+            os.close(copy_fd)
+            os.close(real_fd)
+        return warnings
+
+    def _nested_created(self) -> tuple[list[dict[str, str]], list[str]]:
+        """`.git` entries below the project's top the workload made (a nested repository,
+        a `.git` file pointing git elsewhere): removed, listed."""
+        dirs, others, complete = find_git_entries(self.root)
+        failed = [] if complete else [f"the project holds more than {MAX_WALK} entries: kooi could not look for "
+                                      "nested git repositories the workload made"]
+        refused = []
+        for rel in dirs + others:
+            if rel in self.nested or any(rel == u or rel.startswith(u + "/") for u in self.unprotected):
+                continue
+            if any(rel.startswith(g + "/") for g in self.git_dirs):
+                continue  # inside a git directory kooi already compares
+            refused.append({"path": rel, "change": "created", "how": "put back"})
+            try:
+                parent, _, name = rel.rpartition("/")
+                fd = _open_dir(self.root, parent)
+                try:
+                    _remove_at(fd, name)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                failed.append(f"{rel}: {exc.strerror or exc}")
+        return refused, failed
 
     def check(self) -> dict[str, Any]:
         """After the run: put back every protected path that differs; the record.
         restored is False when anything could not be read or put back."""
         failed: list[str] = []
+        shadowed, shadow_failed, warning = self._check_shadows()
+        failed += shadow_failed
         try:
             after = self._scan(strict=False)
         except OSError as exc:
             after = {}
             failed.append(f"the project's protected paths: {exc.strerror or exc}")
+        # The empty directory the engine (or bwrap) made to mount a throwaway `.git` on.
+        made = next((t for t in self.throwaways if t.made), None)
+        if made is not None and ".git" not in self.protected:
+            e = after.get(".git")
+            if e is not None and e.kind == "dir" and not any(k.startswith(".git/") for k in after):
+                try:
+                    os.rmdir(self.root / ".git")
+                    del after[".git"]
+                except OSError:
+                    pass
+        self.throwaways = []
+        self.file_copies = []
         refused = []
         for rel in sorted(set(self.protected) | set(after)):
             b, a = self.protected.get(rel), after.get(rel)
@@ -435,6 +778,9 @@ class Guard:
                     _restore(self.root, item["path"], e)
                 except OSError as exc:
                     failed.append(f"{item['path']}: {exc.strerror or exc}")
+        nested, nested_failed = self._nested_created()
+        refused += nested
+        failed += nested_failed
         if not failed:
             # Put back means: a second look finds the snapshot.
             try:
@@ -453,9 +799,19 @@ class Guard:
             if b is not None and (b.same(a) or a is not None and b.kind == "dir" == a.kind):
                 continue
             changed.append({"path": rel, "change": _change(b, a)})
-        shadowed, warning = self._check_shadows()
         record: dict[str, Any] = {"protected": list(self.paths), "refused": shadowed + refused,
                                   "restored": not failed, "restore_failed": failed, "watched_changed": changed}
         if warning:
             record["warning"] = warning
         return record
+
+
+def _chown_tree(path: Path, owner: tuple[int, int] | None) -> None:
+    """PATH and everything in it owned by OWNER (never through a link); nothing when
+    kooi cannot (not root) or OWNER is None."""
+    if owner is None or os.geteuid() != 0:
+        return
+    os.chown(path, *owner, follow_symlinks=False)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for n in dirnames + filenames:
+            os.chown(os.path.join(dirpath, n), *owner, follow_symlinks=False)

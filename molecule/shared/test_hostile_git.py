@@ -1,0 +1,171 @@
+"""The hostile suite, the project's git (issue 29, finding 1, and the second hostile review
+of issue 28's change): git runs code from a repository's configuration and hooks, with no
+prompt, whenever anyone runs `git status` in the project on the host (an editor does so
+all the time). A workload must not get code of its choosing there, while the run runs
+(when the host's git sees the project as the workload leaves it at that moment) or
+after it:
+
+- it renames `.git` away and makes a new one whose config names a core.fsmonitor;
+- it points git at another common directory (`.git/commondir`) or at another config
+  (`.git/config.worktree`);
+- it writes an existing nested repository's config (a gitlink of the project);
+- it makes a nested repository of its own, with a core.fsmonitor, and commits it as a
+  gitlink (git then runs `git status` in it, with GIT_DIR set, past safe.directory);
+- in a project that is no repository, it makes one.
+
+The host runs `git status` (as the runner, and as root with safe.directory='*') while the
+workload waits, and again after the run; a payload leaves /tmp/kooi-hostile-git-*.
+The workload's own commit must reach the host's repository (the agent's work is kept).
+Container and jail mode; this machine's rootless engine and the userns-remap host."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+import yaml
+
+from kooi.checks import Context
+
+WFDIR = "/var/lib/kooi/hostile-workflows"
+MARK = "/tmp/kooi-hostile-git"
+# The workload's side (sh; git from the image or, in a jail, the host's /usr). Each
+# attempt prints `HOSTILE name rc`; then it tells the host to look, and waits.
+ATTACK = r"""
+cd /workspace
+payload() { git -C "$1" config core.fsmonitor "touch $MARK-$2; false"; }
+export GIT_AUTHOR_NAME=w GIT_AUTHOR_EMAIL=w@w GIT_COMMITTER_NAME=w GIT_COMMITTER_EMAIL=w@w
+if [ -e .git ]; then
+  # the agent's work, which must reach the host
+  echo work > work.txt && git add work.txt && git commit -q -m work; echo "HOSTILE commit $?"
+  # the project's own config
+  payload . config; echo "HOSTILE config $?"
+  # an existing nested repository (a gitlink of the project)
+  payload existing-lib existing; echo "HOSTILE existing-config $?"
+  printf '#!/bin/sh\ntouch %s-existing-hook\n' "$MARK" > existing-lib/.git/hooks/post-checkout
+  # a nested repository of the workload's, committed as a gitlink
+  git init -q vendor-lib && echo v > vendor-lib/v && git -C vendor-lib add v && git -C vendor-lib commit -q -m v \
+    && payload vendor-lib nested && git add vendor-lib && git commit -q -m vendor; echo "HOSTILE nested $?"
+  # another common directory, another worktree config
+  git init -q --bare evil-common && payload evil-common commondir && echo ../evil-common > .git/commondir
+  echo "HOSTILE commondir $?"
+  printf '[core]\n\tfsmonitor = touch %s-worktree; false\n' "$MARK" > .git/config.worktree
+  git config extensions.worktreeConfig true; echo "HOSTILE worktree-config $?"
+  # .git renamed away, a new one in its place
+  mv .git .git-away && cp -a .git-away .git && payload . rename; echo "HOSTILE rename $?"
+else
+  git init -q . && payload . init; echo "HOSTILE init $?"
+fi
+touch /workspace/.kooi-hostile-ready
+i=0; while [ ! -e /workspace/.kooi-hostile-looked ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+echo "HOSTILE done"
+"""
+
+
+@pytest.fixture(scope="module")
+def ctx(host):
+    c = Context.from_host(host)
+    if "runner" not in (c.described(host, "images") or {}):
+        pytest.fail("no runner image pinned on this host: the hostile suite needs it")
+    return c
+
+
+def as_runner(host, ctx, cmd: str):
+    return host.run(f"runuser -u {ctx.runner} -- sh -c {shlex.quote(cmd)}")
+
+
+def git_status(host, ctx, project: str) -> str:
+    """What the host's git does in the project: as the runner, and as root past
+    safe.directory; with submodules (the gitlinks)."""
+    host.run(f"cd {project} && runuser -u {ctx.runner} -- git status --porcelain >/dev/null 2>&1; "
+             f"git -c safe.directory='*' status --porcelain >/dev/null 2>&1; "
+             f"runuser -u {ctx.runner} -- git -C existing-lib status >/dev/null 2>&1; true")
+    return host.run(f"ls {MARK}-* 2>/dev/null").stdout.strip()
+
+
+@pytest.fixture(scope="module", params=["container", "jail", "jail-no-repo"])
+def attacked(request, host, ctx):
+    """One hostile run: (name, project, rc, output, result, payloads seen while it ran,
+    payloads seen after it)."""
+    mode = request.param.split("-")[0]
+    name = f"hostile-git-{request.param}"
+    home = ctx.engine.runner_home
+    project = f"{home}/kooi-hostile/{name}"
+    # safe.directory: the workload's uid is not the project owner's in a container
+    env = {"MARK": MARK, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+    doc: dict = {"mode": mode, "timeout": 120, "environment": env,
+                 "command": ["sh", "-c", ATTACK]}
+    if mode == "container":
+        doc["image"] = "runner"
+    text = yaml.safe_dump(doc, sort_keys=False)
+    host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/{name}.yml "
+             f"&& chmod 0644 {WFDIR}/{name}.yml; rm -f {MARK}-*; rm -rf {project}")
+    setup = f"mkdir -p {project} && cd {project}"
+    if request.param != "jail-no-repo":
+        setup += (" && git init -q . && git init -q existing-lib && echo e > existing-lib/e"
+                  " && git -C existing-lib add e && git -C existing-lib -c user.email=t@t -c user.name=t commit -q -m e"
+                  " && git add existing-lib && git -c user.email=t@t -c user.name=t commit -q -m init")
+    assert as_runner(host, ctx, setup).succeeded
+    out = f"/var/lib/kooi/runs/{name}.json"
+    script = f"""
+rm -f {out}
+KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {shlex.quote(project)} --json {out} \
+  > /var/lib/kooi/runs/{name}.out 2>&1 &
+pid=$!
+i=0; while [ ! -e {project}/.kooi-hostile-ready ] && kill -0 $pid 2>/dev/null && [ $i -lt 1200 ]; do
+  sleep 0.1; i=$((i+1)); done
+echo "ready after $i"
+"""
+    host.run(script + f"""
+cd {project} && runuser -u {ctx.runner} -- git status --porcelain >/dev/null 2>&1
+git -c safe.directory='*' status --porcelain >/dev/null 2>&1
+runuser -u {ctx.runner} -- git -C existing-lib status >/dev/null 2>&1
+echo during: $(ls {MARK}-* 2>/dev/null) > /var/lib/kooi/runs/{name}.during
+runuser -u {ctx.runner} -- touch {project}/.kooi-hostile-looked
+wait $pid; echo "rc=$?" >> /var/lib/kooi/runs/{name}.during
+""")
+    during_doc = host.file(f"/var/lib/kooi/runs/{name}.during").content_string
+    rc = int(during_doc.rpartition("rc=")[2].strip() or -1)
+    during = during_doc.splitlines()[0].removeprefix("during:").strip()
+    output = host.file(f"/var/lib/kooi/runs/{name}.out").content_string
+    result = json.loads(host.file(out).content_string) if host.file(out).exists else {}
+    after = git_status(host, ctx, project)
+    assert "HOSTILE done" in output, f"the attack did not run to its end (rc {rc}):\n{output[-4000:]}"
+    yield request.param, project, rc, output, result, during, after
+    host.run(f"rm -f {MARK}-*")
+
+
+def test_no_git_payload_runs_on_the_host_during_or_after_the_run(host, ctx, attacked):
+    param, project, rc, output, result, during, after = attacked
+    assert during == "", f"{param}: the host's git ran the workload's code while the run ran: {during}\n{output}"
+    assert after == "", f"{param}: the host's git ran the workload's code after the run: {after}\n{output}"
+    assert rc == 0 and result["reason"] == "ok", output[-3000:]
+
+
+def test_what_the_workload_did_to_git_is_listed(host, ctx, attacked):
+    param, project, rc, output, result, during, after = attacked
+    refused = {(r["path"], r["how"]) for r in result["project_guard"]["refused"]}
+    if param == "jail-no-repo":
+        assert (".git", "put back") in refused or (".git", "shadowed") in refused, refused
+        assert not host.file(f"{project}/.git").exists
+        return
+    paths = {p for p, _ in refused}
+    for want in (".git/config", ".git/commondir", ".git/config.worktree", "vendor-lib/.git",
+                 "existing-lib/.git/config", "existing-lib/.git/hooks/post-checkout"):
+        assert any(p == want or p.startswith(want + "/") for p in paths), (want, sorted(refused))
+    assert not host.file(f"{project}/vendor-lib/.git").exists
+    assert not host.file(f"{project}/.git/commondir").exists
+
+
+def test_the_workloads_commit_reaches_the_host(host, ctx, attacked):
+    """Git's data (objects, refs, HEAD, the index) is the workload's to change."""
+    param, project, rc, output, result, during, after = attacked
+    if param == "jail-no-repo":
+        return
+    assert "HOSTILE commit 0" in output, output
+    log = as_runner(host, ctx, f"git -C {project} log --format=%s")
+    assert log.stdout.split()[:1] in (["work"], ["vendor"]), log.stdout + log.stderr
+    assert "work" in log.stdout.split(), log.stdout
+    status = as_runner(host, ctx, f"git -C {project} status --porcelain --ignore-submodules=all work.txt")
+    assert status.stdout.strip() == "", status.stdout
