@@ -54,9 +54,15 @@ from .hoststate.secrets import SecretDef, SecretsConfig, value_path
 PLACEHOLDER_PREFIX = "kooi-placeholder-"
 RUN_RE = re.compile(r"^[A-Za-z0-9._-]{1,160}$")
 MAX_BODY = 32 << 20  # the Messages API's own request limit
-# Requests forwarded at once, over all runs: a workload cannot exhaust the host with
-# connections (each also has a socket timeout).
-MAX_CONCURRENT = 64
+# Requests forwarded at once: per run (one run cannot take the others' share) and over
+# all runs. A slot is taken only once the whole body is in, read within BODY_DEADLINE
+# seconds: a run that trickles its bodies holds no slot (issue 29, finding 4).
+MAX_PER_RUN = 16
+MAX_CONCURRENT = 256
+BODY_DEADLINE = 60.0
+# Anthropic-defined tools the client runs (the API only describes them to the model);
+# every other typed tool runs on the API's side, reaching hosts the request names.
+CLIENT_TOOL_TYPES = ("custom", "bash_", "text_editor_", "computer_", "memory_")
 MAX_RECORDED = 200
 # Hop-by-hop headers (RFC 9110 7.6.1) and every header that may carry a credential or
 # route the request: never forwarded as the client sent them.
@@ -83,6 +89,7 @@ class RunRecord:
     forwarded: int = 0
     refused: list[dict[str, Any]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(MAX_PER_RUN))
 
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run, "workflow": self.workflow, "secrets": sorted(self.tokens),
@@ -177,6 +184,60 @@ def tls_context(s: SecretDef) -> ssl.SSLContext:
 # --- the reverse proxy ----------------------------------------------------------------
 
 
+class _Duplicate(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in seen:
+            raise _Duplicate(k)
+        seen[k] = v
+    return seen
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def body_refusal(sdef: SecretDef, body: bytes) -> tuple[int, str] | None:
+    """Why the route SDEF does not forward BODY (status, message), or None. With body
+    anthropic-messages: a JSON object (no key twice anywhere: the API's parser and
+    this one must not see different requests) without the MCP connector
+    (mcp_servers) and without server-side tools (web fetch and search, code
+    execution, any typed tool but the client's own) unless server_tools names them."""
+    if sdef.body != "anthropic-messages":
+        return None
+    try:
+        doc = json.loads(body.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except _Duplicate as exc:
+        return 400, f"the request body names {str(exc)[:80]!r} twice in one object"
+    except (ValueError, UnicodeDecodeError):
+        return 400, "the request body is not JSON (UTF-8)"
+    if not isinstance(doc, dict):
+        return 400, "the request body is not a JSON object"
+    if doc.get("mcp_servers") and "mcp" not in sdef.server_tools:
+        return 403, (f"mcp_servers is not allowed for secret {sdef.name} (the API's MCP connector reaches the "
+                     "servers the request names); the operator allows it with server_tools: [mcp]")
+    tools = doc.get("tools") or []
+    if not isinstance(tools, list):
+        return 400, "tools is not a list"
+    for t in tools:
+        if not isinstance(t, dict):
+            return 400, "a tool is not a JSON object"
+        kind = t.get("type")
+        if kind is None or isinstance(kind, str) and (kind == "custom" or kind.startswith(CLIENT_TOOL_TYPES[1:])):
+            continue
+        if not isinstance(kind, str):
+            return 400, "a tool's type is not a string"
+        if any(kind == a or kind.startswith(a + "_") for a in sdef.server_tools):
+            continue
+        return 403, (f"the server tool {kind[:80]} is not allowed for secret {sdef.name} (the API runs it, reaching "
+                     "hosts the request names); the operator allows it with server_tools")
+    return None
+
+
 def _error_body(kind: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": kind, "message": f"kooi injector: {message}"}}).encode()
 
@@ -187,7 +248,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
     sys_version = ""
     disable_nagle_algorithm = True
     # A client that sends nothing (or reads nothing) for this long is dropped.
-    timeout = 300
+    timeout = 60
     server: ProxyServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -206,13 +267,16 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             self.server.registry.note(rec, {k: entry[k] for k in ("time", "method", "path", "status", "reason")},
                                       refused=True)
         body = _error_body(kind, message)
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("x-should-retry", "false")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("x-should-retry", "false")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except OSError:
+            self.close_connection = True  # the client is gone; the refusal is recorded
 
     def _credential(self) -> str:
         """The placeholder the request carries, in x-api-key or as a bearer token
@@ -254,15 +318,59 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self._refuse(413, "invalid_request_error", "missing, malformed or too large Content-Length", rec, name)
             return
-        if not self.server.slots.acquire(blocking=False):
+        if self.headers.get("content-encoding", "identity").strip().lower() != "identity":
             self.close_connection = True
-            self._refuse(429, "rate_limit_error", f"more than {MAX_CONCURRENT} requests at once", rec, name)
+            self._refuse(415, "invalid_request_error", "Content-Encoding is not forwarded: send the body as it is",
+                         rec, name)
+            return
+        body = self._read_body(length)
+        if body is None:
+            self.close_connection = True
+            self._refuse(408, "invalid_request_error", f"the body did not arrive within {BODY_DEADLINE:g} s",
+                         rec, name)
+            return
+        if (why := body_refusal(sdef, body)) is not None:
+            self._refuse(why[0], "permission_error" if why[0] == 403 else "invalid_request_error", why[1], rec, name)
+            return
+        if not rec.slots.acquire(blocking=False):
+            self.close_connection = True
+            self._refuse(429, "rate_limit_error", f"more than {MAX_PER_RUN} requests of this run at once", rec, name)
             return
         try:
-            body = self.rfile.read(length) if length else b""
-            self._forward(rec, name, sdef, body)
+            if not self.server.slots.acquire(blocking=False):
+                self.close_connection = True
+                self._refuse(429, "rate_limit_error", f"more than {MAX_CONCURRENT} requests at once", rec, name)
+                return
+            try:
+                self._forward(rec, name, sdef, body)
+            finally:
+                self.server.slots.release()
         finally:
-            self.server.slots.release()
+            rec.slots.release()
+
+    def _read_body(self, length: int) -> bytes | None:
+        """LENGTH bytes within BODY_DEADLINE seconds, or None."""
+        deadline = time.monotonic() + BODY_DEADLINE
+        chunks, left = [], length
+        try:
+            while left:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self.connection.settimeout(remaining)
+                chunk = self.rfile.read1(min(left, 1 << 16))
+                if not chunk:
+                    return None
+                chunks.append(chunk)
+                left -= len(chunk)
+        except (TimeoutError, OSError):
+            return None
+        finally:
+            try:
+                self.connection.settimeout(self.timeout)
+            except OSError:
+                pass
+        return b"".join(chunks)
 
     def _forward(self, rec: RunRecord, name: str, sdef: SecretDef, body: bytes) -> None:
         conn_tokens = {t.strip().lower() for t in self.headers.get("connection", "").split(",")}

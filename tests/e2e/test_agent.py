@@ -78,7 +78,12 @@ SCRIPT = {"model_turns": [
          "print(p, 'WRITE=fail', e.strerror)\"", "Leave something behind"),
     bash("curl -sS -o /dev/null -w 'PATH-STATUS=%{http_code}\\n' -H \"x-api-key: $ANTHROPIC_API_KEY\" "
          "-d '{}' \"$ANTHROPIC_BASE_URL/v1/files\"; curl -sS -o /dev/null -w 'OWNKEY-STATUS=%{http_code}\\n' "
-         "-H 'x-api-key: sk-ant-my-own' -d '{}' \"$ANTHROPIC_BASE_URL/v1/messages\"",
+         "-H 'x-api-key: sk-ant-my-own' -d '{}' \"$ANTHROPIC_BASE_URL/v1/messages\"; "
+         "curl -sS -o /dev/null -w 'BATCH-STATUS=%{http_code}\\n' -H \"x-api-key: $ANTHROPIC_API_KEY\" "
+         "-d '{}' \"$ANTHROPIC_BASE_URL/v1/messages/batches\"; "
+         "curl -sS -o /dev/null -w 'FETCH-STATUS=%{http_code}\\n' -H \"x-api-key: $ANTHROPIC_API_KEY\" "
+         "-d '{\"model\": \"m\", \"tools\": [{\"type\": \"web_fetch_20250910\", \"name\": \"web_fetch\"}]}' "
+         "\"$ANTHROPIC_BASE_URL/v1/messages\"",
          "Use the API host for other things"),
     {"text": "AGENT-DONE {tool_results}"},
 ]}
@@ -200,9 +205,13 @@ def test_the_agent_runs_with_an_injected_key_that_never_enters_the_sandbox(host,
     # The refusals: the proxy's 403, the injector's 403 (path) and 401 (own key).
     assert "CONNECT tunnel failed, response 403" in text and "DENIED-STATUS=000" in text
     assert "PATH-STATUS=403" in text and "OWNKEY-STATUS=401" in text
+    # Issue 29, finding 5: the route is the Messages API exactly, without the API's
+    # server-side tools (a web fetch of a host the workload names).
+    assert "BATCH-STATUS=403" in text and "FETCH-STATUS=403" in text
     assert "OTHER-STATUS=404" in text  # the second host answered (its script has no such path)
     refused = result["secrets"]["refused"]
-    assert [(r["method"], r["path"], r["status"]) for r in refused] == [("POST", "/v1/files", 403)], refused
+    assert [(r["method"], r["path"], r["status"]) for r in refused] == [
+        ("POST", "/v1/files", 403), ("POST", "/v1/messages/batches", 403), ("POST", "/v1/messages", 403)], refused
     assert result["secrets"]["forwarded"] >= len(SCRIPT["model_turns"])
     assert result["secrets"]["injected"]["anthropic"]["env"] == "ANTHROPIC_API_KEY"
     assert result["secrets"]["environment"] == ["e2e-env"]

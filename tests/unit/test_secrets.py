@@ -5,6 +5,7 @@ paths and methods pass, answers stream through, nothing is attributed to another
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import http.server
 import json
@@ -29,7 +30,8 @@ from testca import make_ca  # noqa: E402
 
 PRESETS = {"anthropic": {"mode": "inject", "env": "ANTHROPIC_API_KEY", "base_url_env": "ANTHROPIC_BASE_URL",
                          "upstream": "https://api.anthropic.com", "header": "x-api-key",
-                         "paths": ["/v1/messages"], "methods": ["POST"]}}
+                         "paths": ["/v1/messages", "/v1/messages/count_tokens"], "methods": ["POST"],
+                         "body": "anthropic-messages"}}
 
 
 def desc(**secrets: dict) -> secrets_state.SecretsConfig:
@@ -150,7 +152,7 @@ def proxy(tmp_path_factory):
                     "ca_file": str(d / "ca.pem")},
                bearer={"mode": "inject", "env": "T", "upstream": f"https://localhost:{up.server_address[1]}",
                        "ca_file": str(d / "ca.pem"), "header": "authorization", "scheme": "Bearer",
-                       "paths": ["/api"]})
+                       "paths": ["/api/*"]})
     reg = inject.Registry()
     srv = inject.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"REAL-KEY", "bearer": b"REAL-TOKEN"}, reg)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
@@ -221,3 +223,108 @@ def test_a_raw_request_cannot_smuggle_a_second_request(proxy):
     s.close()
     assert answer.startswith("HTTP/1.1 411"), answer
     reg.release("run-4")
+
+
+# --- issue 29, findings 4 and 5: one run cannot starve the others, and the route is the
+# Messages API as the operator allowed it, not the API's server-side reach ----------------
+
+
+def test_a_secret_path_is_exact_unless_it_ends_in_a_star():
+    a = desc(anthropic=PRESETS["anthropic"]).secrets["anthropic"]
+    assert a.allows("POST", "/v1/messages") and a.allows("POST", "/v1/messages/count_tokens")
+    for path in ("/v1/messages/batches", "/v1/messages/batches/x/results", "/v1/messages/count_tokens/x"):
+        assert not a.allows("POST", path), path
+    b = desc(b={"mode": "inject", "env": "T", "upstream": "https://h", "paths": ["/api/*"]}).secrets["b"]
+    assert b.allows("POST", "/api/x") and b.allows("POST", "/api/x/y") and not b.allows("POST", "/apix")
+
+
+def test_one_run_trickling_bodies_does_not_starve_another(proxy, monkeypatch):
+    """Finding 4: 64 global slots, taken before the body was read: one run that sends
+    its bodies a byte at a time held them all, every other run got 429."""
+    srv, reg = proxy
+    port = srv.server_address[1]
+    hog = reg.add("run-hog", "wf", ["api"], ttl=60)["api"]
+    ok = reg.add("run-ok", "wf", ["api"], ttl=60)["api"]
+    held = []
+    for _ in range(inject.MAX_CONCURRENT + 8):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {hog}\r\n"
+                  "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{".encode())
+        held.append(s)
+    time.sleep(0.5)
+    try:
+        status, data, _ = _post(port, "/v1/messages", {"x-api-key": ok, "Content-Type": "application/json"},
+                                b'{"model": "m", "messages": []}')
+        assert status == 200, data
+    finally:
+        for s in held:
+            s.close()
+    reg.release("run-hog")
+    reg.release("run-ok")
+
+
+def test_a_body_past_its_deadline_is_refused(proxy, monkeypatch):
+    srv, reg = proxy
+    monkeypatch.setattr(inject, "BODY_DEADLINE", 1.0)
+    tok = reg.add("run-slow", "wf", ["api"], ttl=60)["api"]
+    s = socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=10)
+    s.sendall(f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {tok}\r\n"
+              "Content-Length: 100\r\n\r\n{".encode())
+    for _ in range(4):
+        time.sleep(0.4)
+        try:
+            s.sendall(b" ")
+        except OSError:
+            break
+    answer = s.recv(4096).decode()
+    s.close()
+    assert answer.startswith("HTTP/1.1 408"), answer
+    rec = reg.release("run-slow")
+    assert [r["status"] for r in rec["refused"]] == [408], rec
+
+
+@pytest.mark.parametrize("body,headers,status,why", [
+    (b'{"model": "m", "mcp_servers": [{"type": "url", "url": "https://evil.example", "name": "x"}]}', {}, 403,
+     "mcp_servers"),
+    (b'{"model": "m", "tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]}', {}, 403, "web_fetch"),
+    (b'{"model": "m", "tools": [{"type": "web_search_20250305", "name": "web_search"}]}', {}, 403, "web_search"),
+    (b'{"model": "m", "tools": [{"type": "some_future_server_tool_20270101", "name": "x"}]}', {}, 403,
+     "some_future_server_tool"),
+    (b'{"model": "m", "mcp_servers": [], "mcp_servers": [{"type": "url", "url": "https://e"}]}', {}, 400,
+     "twice"),
+    (b'{"model": "m", "tools": [{"type": "custom", "type": "web_fetch_20250910", "name": "x"}]}', {}, 400, "twice"),
+    (b'\x1f\x8b\x08\x00', {"Content-Encoding": "gzip"}, 415, "Content-Encoding"),
+    (b'not json', {}, 400, "JSON"),
+    (b'[1, 2]', {}, 400, "JSON object"),
+    (b'{"model": NaN}', {}, 400, "JSON"),
+])
+def test_the_messages_body_is_checked_against_what_the_operator_allowed(proxy, body, headers, status, why):
+    """Finding 5: the injector forwarded any body, with the API's server-side tools and
+    MCP connector fetching from and sending to hosts the workload names."""
+    srv, reg = proxy
+    tok = reg.add("run-body", "wf", ["api"], ttl=60)["api"]
+    n = len(Upstream.seen)
+    got, data, _ = _post(srv.server_address[1], "/v1/messages",
+                         {"x-api-key": tok, "Content-Type": "application/json", **headers}, body)
+    rec = reg.release("run-body")
+    assert got == status and why in data.decode(), data
+    assert len(Upstream.seen) == n
+    assert rec["refused"][0]["status"] == status
+
+
+def test_client_tools_and_listed_server_tools_pass(proxy):
+    srv, reg = proxy
+    tok = reg.add("run-tools", "wf", ["api"], ttl=60)["api"]
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+                       "tools": [{"name": "Bash", "input_schema": {"type": "object"}},
+                                 {"type": "custom", "name": "Read", "input_schema": {"type": "object"}},
+                                 {"type": "bash_20250124", "name": "bash"},
+                                 {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}]}).encode()
+    got, data, _ = _post(srv.server_address[1], "/v1/messages", {"x-api-key": tok}, body)
+    assert got == 200, data
+    assert Upstream.seen[-1]["body"] == body  # forwarded as sent, byte for byte
+    reg.release("run-tools")
+    sdef = srv.cfg.secrets["api"]
+    allowed = dataclasses.replace(sdef, server_tools=("web_search",))
+    assert inject.body_refusal(allowed, b'{"tools": [{"type": "web_search_20250305", "name": "w"}]}') is None
+    assert inject.body_refusal(allowed, b'{"tools": [{"type": "web_fetch_20250910", "name": "w"}]}') is not None

@@ -4,7 +4,8 @@ checked by the shim's own parser (kooi.hoststate.secrets).
 
 Each entry of kooi_secrets is a mapping with `value` (from Ansible Vault) and either a
 `preset` from kooi_secrets_preset_map or its own route (mode, env, base_url_env,
-upstream, ca_file, header, scheme, paths, methods); its own keys override the preset's.
+upstream, ca_file, header, scheme, paths, methods, body, server_tools); its own keys
+override the preset's.
 Errors name the secret and the key, never the value. Runs on the controller."""
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ except ImportError:  # used without Ansible (unit tests)
 
 _SHIM = Path(__file__).resolve().parents[3] / "shim"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-ROUTE_KEYS = ("mode", "env", "base_url_env", "upstream", "ca_file", "header", "scheme", "paths", "methods")
+ROUTE_KEYS = ("mode", "env", "base_url_env", "upstream", "ca_file", "header", "scheme", "paths", "methods", "body",
+              "server_tools")
 
 
 def _hoststate():
@@ -61,7 +63,7 @@ def kooi_secrets_description(secrets, presets, injector):
         route.setdefault("mode", "inject")
         if "env" not in route:
             raise AnsibleFilterError(f"{where}: name the variable the workload gets (env) or a preset")
-        for k in ("paths", "methods"):
+        for k in ("paths", "methods", "server_tools"):
             if k in route and not isinstance(route[k], list):
                 raise AnsibleFilterError(f"{where}.{k}: a list")
         out[name] = route

@@ -32,6 +32,10 @@ ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 UPSTREAM_RE = re.compile(r"^https://([A-Za-z0-9.-]+)(?::([0-9]{1,5}))?$")
 MODES = ("inject", "environment")
+# What the injector checks in a request body before it forwards it (inject.body_refusal):
+# none, or the Anthropic Messages API's (no MCP connector, no server-side tools but
+# those the route's server_tools names).
+BODIES = ("", "anthropic-messages")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class SecretDef:
     scheme: str = ""
     paths: tuple[str, ...] = ()
     methods: tuple[str, ...] = ("POST",)
+    body: str = ""
+    server_tools: tuple[str, ...] = ()
     name: str = ""
 
     @property
@@ -59,14 +65,15 @@ class SecretDef:
 
     def allows(self, method: str, path: str) -> bool:
         """METHOD on PATH (without its query) is one this secret may be used for: a
-        listed path or one below it, never a path with a dot segment, an empty
-        segment, a percent-encoding, a backslash or a semicolon (an upstream that
-        normalises any of them could route elsewhere)."""
+        listed path exactly, or one below a listed `PREFIX/*`; never a path with a dot
+        segment, an empty segment, a percent-encoding, a backslash or a semicolon (an
+        upstream that normalises any of them could route elsewhere)."""
         if method not in self.methods or any(c in path for c in "%\\;") or "//" in path:
             return False
         if any(seg in (".", "..") for seg in path.split("/")):
             return False
-        return any(path == p or path.startswith(p.rstrip("/") + "/") for p in self.paths)
+        return any(path == p or p.endswith("/*") and path.startswith(p[:-1]) and len(path) > len(p) - 1
+                   for p in self.paths)
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,10 @@ def _secret(name: str, raw: Any, source: str) -> SecretDef:
             bad.append(f"header {s.header!r} is not a header name")
         if not s.paths or not all(p.startswith("/") for p in s.paths):
             bad.append("paths must name at least one absolute path")
+        if s.body not in BODIES:
+            bad.append(f"body {s.body!r} is not one of: {', '.join(repr(b) for b in BODIES)}")
+        if not all(re.fullmatch(r"[a-z][a-z0-9_]{0,63}", t) for t in s.server_tools):
+            bad.append("server_tools must name tool types (web_search, web_fetch, code_execution, mcp, ...)")
         if s.base_url_env and not ENV_RE.match(s.base_url_env):
             bad.append(f"base_url_env {s.base_url_env!r} is not an environment variable name")
     if bad:
