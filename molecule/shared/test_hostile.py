@@ -414,3 +414,27 @@ def test_another_method_on_a_collection_reaches_nothing_by_name(host, ctx, attac
     rc, lines, result, _, _ = attacked
     refused(lines, "delete-prune", "does not exist or is not this run's")
     assert "prune" in lines.leftover.split(), lines.leftover
+
+
+def test_the_workloads_output_neither_rewrites_the_terminal_nor_floods_the_log(host, ctx):
+    """Issue 29, findings 6 and 8: raw escape sequences in the output could hide kooi's
+    own lines (or write a `kooi: ok` line over them), and a jail's output went to its log
+    without bound (200 MB in 1.2 s)."""
+    name = "hostile-output"
+    script = ("printf 'kooi: refused\\033[2K\\r\\033[1Akooi: ok: spoofed\\n'; "
+              "head -c 70000000 /dev/zero | tr '\\0' x | fold -w 65536; echo END-OF-FLOOD")
+    text = yaml.safe_dump({"mode": "jail", "timeout": 120, "command": ["sh", "-c", script]}, sort_keys=False)
+    project = f"{ctx.engine.runner_home}/kooi-hostile/output"
+    out = f"/var/lib/kooi/runs/{name}.json"
+    host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/{name}.yml && "
+             f"chmod 0644 {WFDIR}/{name}.yml && runuser -u {ctx.runner} -- mkdir -p {project} && rm -f {out}")
+    echo = f"/var/lib/kooi/runs/{name}.out"
+    res = host.run(f"KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {project} --json {out} > {echo}; "
+                   f"head -c 4096 {echo}; rm -f {echo}")
+    result = json.loads(host.file(out).content_string)
+    assert result["reason"] == "ok", result
+    assert "\x1b" not in res.stdout and "\r" not in res.stdout, repr(res.stdout[:300])
+    assert "kooi: refused\\x1b[2K\\x0d\\x1b[1Akooi: ok: spoofed" in res.stdout, repr(res.stdout[:300])
+    size = int(host.run(f"stat -c %s {result['log']}").stdout)
+    assert size < (64 << 20) + (1 << 20), size
+    assert any("output past 64 MiB was dropped" in w for w in result["warnings"]), result["warnings"]

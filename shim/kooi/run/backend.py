@@ -14,7 +14,7 @@ import time
 from typing import Any, Protocol
 
 from .context import RunContext
-from .errors import EXIT_TIMEOUT, Interrupted, Result, RunError, refused
+from .errors import EXIT_TIMEOUT, MAX_OUTPUT, Interrupted, Result, RunError, refused
 from .guard import Guard, GuardError
 
 
@@ -96,6 +96,9 @@ def _finish(backend: Backend, ctx: RunContext, guard: Guard) -> None:
         ctx.release_run_port()
     except Exception as exc:  # noqa: BLE001 - the record is only lost, the run is not
         ctx.res.warn(ctx.log, f"egress: could not read the proxy's record of this run ({exc})")
+    if ctx.log.dropped:
+        ctx.res.warn(ctx.log, f"output: the workload's output past {MAX_OUTPUT >> 20} MiB was dropped "
+                              f"({ctx.log.dropped} bytes): the log is bounded")
     ctx.res.project_guard = record = guard.check()
     left = (ctx.res.cleanup or {}).get("failed") or []
     if cleanup_failed or left:

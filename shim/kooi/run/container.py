@@ -359,7 +359,7 @@ class ContainerBackend:
                 for chunk in client.logs(cid):
                     text = chunk.decode("utf-8", "replace")
                     self.tail = (self.tail + text)[-512:]
-                    log.write(text)
+                    log.output(text)
             except Exception:  # noqa: BLE001 - the container went away; the wait says why
                 pass
 

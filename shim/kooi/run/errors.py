@@ -83,6 +83,21 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+# The workload's output kooi keeps (log file and echo) per run; past it, output is
+# counted and dropped, and the result says how much (a workload flooding the log).
+MAX_OUTPUT = 64 << 20
+# Control characters in the workload's output are shown, not obeyed: no escape sequence
+# of the workload's rewrites the terminal (hiding kooi's own lines) or a log reader's.
+# Tab and newline pass; C0, DEL, C1 and the bidirectional overrides become \xNN/\uNNNN.
+_NEUTRAL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0))}
+_NEUTRAL.update({c: f"\\u{c:04x}" for c in (0x061c, 0x200e, 0x200f, *range(0x202a, 0x202f), *range(0x2066, 0x206a))})
+
+
+def neutral(text: str) -> str:
+    """TEXT with its control characters made visible (tab and newline kept)."""
+    return text.translate(_NEUTRAL)
+
+
 class Log:
     """Workload output to stdout and the run's log file, line-buffered."""
 
@@ -91,14 +106,29 @@ class Log:
         self.f = path.open("a", buffering=1) if path else None
         self.echo = echo
         self.lock = threading.Lock()
+        self.output_bytes = 0  # the workload's, kept
+        self.dropped = 0       # the workload's, past MAX_OUTPUT
+
+    def output(self, text: str) -> None:
+        """The workload's output: neutralised, and only up to MAX_OUTPUT bytes."""
+        n = len(text.encode("utf-8", "replace"))
+        with self.lock:
+            if self.output_bytes + n > MAX_OUTPUT:
+                self.dropped += n
+                return
+            self.output_bytes += n
+        self.write(neutral(text))
 
     def write(self, text: str) -> None:
         with self.lock:
             if self.f:
                 self.f.write(text)
             if self.echo:
-                self.echo.write(text)
-                self.echo.flush()
+                try:
+                    self.echo.write(text)
+                    self.echo.flush()
+                except (OSError, ValueError):
+                    self.echo = None  # the caller stopped reading; the log file keeps it all
 
     def note(self, text: str) -> None:
         self.write(f"kooi: {text}\n")

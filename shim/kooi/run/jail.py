@@ -162,7 +162,7 @@ class JailBackend:
                 text = line.decode("utf-8", "replace")
                 if not self.first:
                     self.first.append(text)
-                log.write(text)
+                log.output(text)
 
         self.pump = threading.Thread(target=pump, daemon=True)
         self.pump.start()
