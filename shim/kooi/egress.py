@@ -355,11 +355,11 @@ def run_log_size(cfg: EgressConfig) -> int:
 def run_record(cfg: EgressConfig, port: int, since: float, until: float, offset: int = 0) -> dict[str, Any]:
     """What the proxy did for the run that held PORT from SINCE to UNTIL (epoch
     seconds), reading the run log from OFFSET (its size when the run took the port; from
-    the start if it has shrunk since): its requests counted, its refusals listed (the
-    first 100)."""
+    the start if it has shrunk since, as after a rotation): its requests counted, all of
+    them, its refusals listed (the first 100)."""
     path = Path(cfg.run_log)
     refused: list[dict[str, Any]] = []
-    allowed = 0
+    allowed = denied = 0
     try:
         fh = open(path, "rb")
     except OSError as exc:
@@ -380,12 +380,13 @@ def run_record(cfg: EgressConfig, port: int, since: float, until: float, offset:
             if e is None or e["port"] != port:
                 continue
             if e["denied"]:
+                denied += 1
                 if len(refused) < 100:
                     refused.append({"time": e["time"], "method": e["method"], "host": e["host"],
                                     "status": e["status"]})
             else:
                 allowed += 1
-    return {"requests": allowed + len(refused), "refused": refused}
+    return {"requests": allowed + denied, "refused": refused}
 
 
 def format_entry(e: dict[str, Any]) -> str:

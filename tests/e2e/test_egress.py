@@ -376,3 +376,18 @@ def test_concurrent_runs_get_their_own_proxy_ports_and_only_their_own_refusals(h
     assert a["egress"]["proxy"] != b["egress"]["proxy"], (a["egress"], b["egress"])
     assert [r["host"] for r in a["egress"]["refused"]] == ["only-a.kooi.test"], a["egress"]
     assert [r["host"] for r in b["egress"]["refused"]] == ["only-b.kooi.test"], b["egress"]
+
+
+def test_the_proxys_logs_rotate_and_a_run_is_still_attributed(host, probe_wf, project):
+    """Issue 29, finding 6: the proxy's logs grew without end (about 570 bytes per refused
+    request). logrotate rotates them (Squid reopens its logs); a run after the rotation
+    still gets its own refusals, from the new per-run log."""
+    conf = Path("/etc/logrotate.d/kooi-egress")
+    assert conf.is_file(), "role egress did not install its logrotate configuration"
+    sh("logrotate", "-f", str(conf))
+    for d in ("/var/log/kooi/egress", "/var/log/kooi/egress-runs"):
+        assert Path(d, "access.log.1").is_file(), sorted(p.name for p in Path(d).iterdir())
+    out, result = run_probe(host, probe_wf, project)
+    mine = {(r["method"], r["host"]) for r in result["egress"]["refused"]}
+    assert ("GET", BLOCKED) in mine and ("CONNECT", BLOCKED) in mine, result["egress"]
+    assert Path("/var/log/kooi/egress-runs/access.log").stat().st_size > 0
