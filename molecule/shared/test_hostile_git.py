@@ -47,6 +47,12 @@ if [ -e .git ]; then
   # a nested repository of the workload's, committed as a gitlink
   git init -q vendor-lib && echo v > vendor-lib/v && git -C vendor-lib add v && git -C vendor-lib commit -q -m v \
     && payload vendor-lib nested && git add vendor-lib && git commit -q -m vendor; echo "HOSTILE nested $?"
+  # git's data turned against the host (the second review of this change): a reflog that
+  # is a link out of the project, a rebase stopped before an exec the host would run on
+  # `git rebase --continue`
+  rm -f .git/logs/HEAD && ln -s $MARK-reflog .git/logs/HEAD; echo "HOSTILE reflog-link $?"
+  GIT_SEQUENCE_EDITOR="printf 'break\nexec touch $MARK-rebase\n' >" git rebase -q -i HEAD >/dev/null 2>&1
+  echo "HOSTILE rebase $?"
   # another common directory, another worktree config
   git init -q --bare evil-common && payload evil-common commondir && echo ../evil-common > .git/commondir
   echo "HOSTILE commondir $?"
@@ -54,6 +60,17 @@ if [ -e .git ]; then
   git config extensions.worktreeConfig true; echo "HOSTILE worktree-config $?"
   # .git renamed away, a new one in its place
   mv .git .git-away && cp -a .git-away .git && payload . rename; echo "HOSTILE rename $?"
+  # an index entry inside .git (a `git restore .` on the host would write the hook)
+  printf '#!/bin/sh\ntouch %s-index-hook\n' "$MARK" > h && blob=$(git hash-object -w h) && rm h \
+    && git update-index --add --cacheinfo "100755,$blob,xgit/hooks/post-checkout" && python3 -c '
+import hashlib; p = ".git/index"; d = open(p, "rb").read()[:-20]
+d = d.replace(b"xgit/hooks/post-checkout", b".git/hooks/post-checkout"); open(p, "wb").write(d + hashlib.sha1(d).digest())'
+  echo "HOSTILE index $?"
+  # no HEAD (git would take the project's top for a bare repository of the workload's)
+  branch=$(git symbolic-ref -q HEAD); rm -f .git/HEAD && mkdir -p objects/info refs/heads \
+    && echo ../.git/objects > objects/info/alternates && cp ".git/$branch" "refs/heads/${branch##*/}" \
+    && echo "ref: $branch" > HEAD && printf '[core]\n\tpager = touch %s-bare\n' "$MARK" > config
+  echo "HOSTILE head $?"
 else
   git init -q . && payload . init; echo "HOSTILE init $?"
 fi
@@ -76,11 +93,18 @@ def as_runner(host, ctx, cmd: str):
 
 
 def git_status(host, ctx, project: str) -> str:
-    """What the host's git does in the project: as the runner, and as root past
-    safe.directory; with submodules (the gitlinks)."""
+    """What the host's git does in the project after the run: status as the runner and as
+    root past safe.directory (with submodules: the gitlinks), a log in a terminal (the
+    pager), a commit (the reflog), a rebase continued, a restore then a checkout (the
+    index's entries, the hooks)."""
+    root = "git -c safe.directory='*' -c user.name=h -c user.email=h@h"
     host.run(f"cd {project} && runuser -u {ctx.runner} -- git status --porcelain >/dev/null 2>&1; "
-             f"git -c safe.directory='*' status --porcelain >/dev/null 2>&1; "
-             f"runuser -u {ctx.runner} -- git -C existing-lib status >/dev/null 2>&1; true")
+             f"{root} status --porcelain >/dev/null 2>&1; "
+             f"runuser -u {ctx.runner} -- git -C existing-lib status >/dev/null 2>&1; "
+             f"script -qc \"{root} log -1\" /dev/null >/dev/null 2>&1; "
+             f"{root} commit -q --allow-empty -m host >/dev/null 2>&1; "
+             f"{root} rebase --continue >/dev/null 2>&1; "
+             f"{root} restore . >/dev/null 2>&1; {root} checkout -q -b hostile-after >/dev/null 2>&1; true")
     return host.run(f"ls {MARK}-* 2>/dev/null").stdout.strip()
 
 
@@ -152,20 +176,23 @@ def test_what_the_workload_did_to_git_is_listed(host, ctx, attacked):
         return
     paths = {p for p, _ in refused}
     for want in (".git/config", ".git/commondir", ".git/config.worktree", "vendor-lib/.git",
-                 "existing-lib/.git/config", "existing-lib/.git/hooks/post-checkout"):
+                 "existing-lib/.git/config", "existing-lib/.git/hooks/post-checkout", ".git/HEAD", ".git/index",
+                 ".git/rebase-merge", ".git/logs/HEAD"):
         assert any(p == want or p.startswith(want + "/") for p in paths), (want, sorted(refused))
     assert not host.file(f"{project}/vendor-lib/.git").exists
     assert not host.file(f"{project}/.git/commondir").exists
 
 
 def test_the_workloads_commit_reaches_the_host(host, ctx, attacked):
-    """Git's data (objects, refs, HEAD, the index) is the workload's to change."""
+    """Git's objects and refs are the workload's to add to (its index, refused here for
+    the entry inside .git, is kept out; tests/e2e/test_guard.py shows it copied back)."""
     param, project, rc, output, result, during, after = attacked
     if param == "jail-no-repo":
         return
     assert "HOSTILE commit 0" in output, output
     log = as_runner(host, ctx, f"git -C {project} log --format=%s")
-    assert log.stdout.split()[:1] in (["work"], ["vendor"]), log.stdout + log.stderr
-    assert "work" in log.stdout.split(), log.stdout
-    status = as_runner(host, ctx, f"git -C {project} status --porcelain --ignore-submodules=all work.txt")
-    assert status.stdout.strip() == "", status.stdout
+    assert "work" in log.stdout.split(), log.stdout + log.stderr
+    head = host.file(f"{project}/.git/HEAD")
+    assert head.exists and head.content_string.startswith("ref: refs/heads/"), "the project's HEAD is gone"
+    assert not host.file(f"{project}/.git/logs/HEAD").is_symlink
+    assert not host.file(f"{project}/.git/rebase-merge").exists

@@ -74,6 +74,13 @@ BOUND = ("objects", "refs", "logs", "lfs", "rr-cache")
 SHADOWED = (".git/hooks", ".git/config", ".git/info")
 # What a workflow may unprotect (unprotected_paths; the schema's enum).
 UNPROTECTABLE = PROTECTED + SHADOWED + (".git/modules",)
+# Git's data that is never copied back from a throwaway: what a host's git would run
+# (a rebase's or cherry-pick's todo list, with its `exec` lines, on `--continue`).
+NOT_COPIED_BACK = frozenset({"rebase-merge", "rebase-apply", "sequencer"})
+# Git's data that must stay (without HEAD the directory is no repository, and git takes
+# a directory above it, of the workload's making, for one).
+NEVER_REMOVED = frozenset({"HEAD", "objects", "refs"})
+_HEAD_RE = re.compile(rb"\A(?:ref: refs/[A-Za-z0-9._/-]{1,240}|[0-9a-f]{40}|[0-9a-f]{64})\n?\Z")
 # How many git directories (a throwaway each) and `.git` files (a copy each) a run takes.
 MAX_GIT_DIRS = 32
 MAX_GIT_FILES = 64
@@ -473,6 +480,73 @@ def _remove_at(dir_fd: int, name: str) -> None:
         os.unlink(name, dir_fd=dir_fd)
 
 
+def index_problem(data: bytes) -> str | None:
+    """Why git's index DATA must not reach the host (an entry whose path has a `.git`
+    component, in any case, or is not a relative path: a `git restore` on the host would
+    write it into the git directory), or None. Index versions 2 to 4, SHA-1 or SHA-256."""
+    if len(data) < 12 or data[:4] != b"DIRC":
+        return "not an index"
+    version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
+    if version not in (2, 3, 4):
+        return f"index version {version}"
+    for hashlen in (20, 32):
+        pos, prev, bad = 12, b"", None
+        try:
+            for _ in range(count):
+                start = pos
+                flags = int.from_bytes(data[pos + 40 + hashlen:pos + 42 + hashlen], "big")
+                pos += 42 + hashlen
+                if version >= 3 and flags & 0x4000:
+                    pos += 2
+                if version == 4:
+                    strip, shift = 0, 0
+                    while True:  # git's offset varint
+                        b = data[pos]
+                        pos += 1
+                        strip = (strip << 7) | (b & 0x7F) if shift else b & 0x7F
+                        if not b & 0x80:
+                            break
+                        strip += 1
+                        shift = 1
+                    end = data.index(b"\0", pos)
+                    path = prev[: len(prev) - strip] + data[pos:end]
+                    pos = end + 1
+                else:
+                    end = data.index(b"\0", pos)
+                    path = data[pos:end]
+                    pos = start + ((end - start) // 8 + 1) * 8
+                prev = path
+                parts = path.split(b"/")
+                if path.startswith(b"/") or any(p in (b"", b".", b"..") or p.lower() == b".git" for p in parts):
+                    bad = path.decode(errors="replace")[:200]
+                    break
+            if pos > len(data):
+                continue
+        except (IndexError, ValueError):
+            continue
+        return f"an entry at {bad!r}" if bad is not None else None
+    return "the index cannot be read"
+
+
+def _bound_problems(fd: int, rel: str, out: list[str], budget: list[int]) -> None:
+    """Entries in a bound data directory git never makes (a symlink, a FIFO, a device):
+    removed, named in OUT (relative paths)."""
+    for e in os.scandir(fd):
+        budget[0] -= 1
+        if budget[0] < 0:
+            return
+        child = f"{rel}/{e.name}"
+        if e.is_dir(follow_symlinks=False):
+            sub = os.open(e.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            try:
+                _bound_problems(sub, child, out, budget)
+            finally:
+                os.close(sub)
+        elif not e.is_file(follow_symlinks=False):
+            os.unlink(e.name, dir_fd=fd)
+            out.append(child)
+
+
 @dataclass
 class Throwaway:
     """A git directory's throwaway copy (Guard.shadows): GIT (its path in the project) is
@@ -486,6 +560,7 @@ class Throwaway:
     copied: dict[str, tuple[Fingerprint | None, Fingerprint | None]] = field(default_factory=dict)
     made: bool = False
     owner: tuple[int, int] | None = None
+    refused: list[dict[str, str]] = field(default_factory=list)  # found in its data
 
 
 @dataclass
@@ -658,6 +733,11 @@ class Guard:
                 warnings += self._copy_back(t)
             except OSError as exc:
                 failed.append(f"{t.git}: git's data not copied back from the run ({exc.strerror or exc})")
+            try:
+                self._check_bound(t)
+            except OSError as exc:
+                failed.append(f"{t.git}: git's data directories unreadable ({exc.strerror or exc})")
+            refused += t.refused
         for rel, copy in self.file_copies:
             a = _lentry(copy, content=True, strict=False)
             if not self.protected[rel].same(a):
@@ -688,6 +768,10 @@ class Guard:
                 if _fingerprint(real_fd, name) != was_real:
                     warnings.append(f"{t.git}/{name} changed on the host while the run ran: the run's is dropped")
                     continue
+                why = self._data_refusal(copy_fd, name, now)
+                if why is not None:
+                    t.refused.append({"path": f"{t.git}/{name}", "change": why, "how": "shadowed"})
+                    continue
                 if now is None:
                     _remove_at(real_fd, name)
                     continue
@@ -708,6 +792,49 @@ class Guard:
             os.close(copy_fd)
             os.close(real_fd)
         return warnings
+
+    @staticmethod
+    def _data_refusal(copy_fd: int, name: str, now: Fingerprint | None) -> str | None:
+        """Why git's data file NAME as the workload left it (NOW) is not copied back."""
+        if name in NOT_COPIED_BACK:
+            return "state a host's git would act on (`git rebase --continue` runs its exec lines): not copied back"
+        if now is None:
+            return "removed: kept the project's" if name in NEVER_REMOVED else None
+        if name == "HEAD":
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=copy_fd)
+            try:
+                head = os.read(fd, 512)
+            finally:
+                os.close(fd)
+            if now[0] != "file" or not _HEAD_RE.match(head):
+                return "not a branch or a commit: kept the project's"
+        if name == "index" and now[0] == "file":
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=copy_fd)
+            try:
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    problem = index_problem(f.read(MAX_DATA_BYTES))
+            finally:
+                os.close(fd)
+            if problem is not None:
+                return f"{problem}: kept the project's"
+        return None
+
+    def _check_bound(self, t: Throwaway) -> None:
+        """What git never makes in its data directories (links out of the project, FIFOs)
+        and the workload made in the bound real ones: removed, listed."""
+        real_fd = _open_dir(self.root, t.git)
+        try:
+            for name in t.bound:
+                found: list[str] = []
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=real_fd)
+                try:
+                    _bound_problems(fd, f"{t.git}/{name}", found, [MAX_ENTRIES_AFTER * 20])
+                finally:
+                    os.close(fd)
+                t.refused += [{"path": p, "change": "created (not a file git makes)", "how": "put back"}
+                              for p in found]
+        finally:
+            os.close(real_fd)
 
     def _nested_created(self) -> tuple[list[dict[str, str]], list[str]]:
         """`.git` entries below the project's top the workload made (a nested repository,
