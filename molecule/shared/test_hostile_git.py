@@ -44,6 +44,11 @@ if [ -e .git ]; then
   # an existing nested repository (a gitlink of the project)
   payload existing-lib existing; echo "HOSTILE existing-config $?"
   printf '#!/bin/sh\ntouch %s-existing-hook\n' "$MARK" > existing-lib/.git/hooks/post-checkout
+  # ... moved aside past its mounts, and a git directory of the workload's in its place
+  mv existing-lib existing-moved && mkdir -p existing-lib/.git/objects existing-lib/.git/refs/heads \
+    && echo 'ref: refs/heads/main' > existing-lib/.git/HEAD \
+    && printf '[core]\n\tfsmonitor = touch %s-moved; false\n' "$MARK" > existing-lib/.git/config
+  echo "HOSTILE nested-moved $?"
   # a nested repository of the workload's, committed as a gitlink
   git init -q vendor-lib && echo v > vendor-lib/v && git -C vendor-lib add v && git -C vendor-lib commit -q -m v \
     && payload vendor-lib nested && git add vendor-lib && git commit -q -m vendor; echo "HOSTILE nested $?"
@@ -144,7 +149,7 @@ echo "ready after $i"
     host.run(script + f"""
 cd {project} && runuser -u {ctx.runner} -- git status --porcelain >/dev/null 2>&1
 git -c safe.directory='*' status --porcelain >/dev/null 2>&1
-runuser -u {ctx.runner} -- git -C existing-lib status >/dev/null 2>&1
+git -c safe.directory='*' diff >/dev/null 2>&1
 echo during: $(ls {MARK}-* 2>/dev/null) > /var/lib/kooi/runs/{name}.during
 runuser -u {ctx.runner} -- touch {project}/.kooi-hostile-looked
 wait $pid; echo "rc=$?" >> /var/lib/kooi/runs/{name}.during
@@ -177,9 +182,9 @@ def test_what_the_workload_did_to_git_is_listed(host, ctx, attacked):
     paths = {p for p, _ in refused}
     for want in (".git/config", ".git/commondir", ".git/config.worktree", "vendor-lib/.git",
                  "existing-lib/.git/config", "existing-lib/.git/hooks/post-checkout", ".git/HEAD", ".git/index",
-                 ".git/rebase-merge", ".git/logs/HEAD"):
+                 ".git/rebase-merge", ".git/logs/HEAD", "existing-moved/.git"):
         assert any(p == want or p.startswith(want + "/") for p in paths), (want, sorted(refused))
-    assert not host.file(f"{project}/vendor-lib/.git").exists
+    assert not host.file(f"{project}/vendor-lib/.git/config").exists  # its data stays
     assert not host.file(f"{project}/.git/commondir").exists
 
 

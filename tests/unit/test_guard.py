@@ -194,7 +194,10 @@ def test_the_git_directory_is_a_throwaway_with_the_data_bound_in(repo, tmp_path_
     assert {m[".git/objects"], m[".git/refs"]} == {repo / ".git/objects", repo / ".git/refs"}
     t = m[".git"]
     assert not str(t).startswith(str(repo))
-    assert (t / "config").read_bytes() == (repo / ".git/config").read_bytes()
+    real = (repo / ".git/config").read_text()
+    assert (t / "config").read_text() + "\n" == real.split("# kooi run: while")[0]
+    # while the run lasts the project's own config makes the host's git look into no submodule
+    assert "ignoreSubmodules = all" in real and "ignoreSubmodules" not in (t / "config").read_text()
     assert (t / "HEAD").read_bytes() == (repo / ".git/HEAD").read_bytes()
     assert (t / "index").read_bytes() == (repo / ".git/index").read_bytes()
     assert g.nested_shadows == mounts  # the project's .git is out of the workload's reach
@@ -262,20 +265,45 @@ def test_a_nested_repository_the_workload_made_is_removed_and_listed(repo, tmp_p
     (repo / "existing/.git/config").write_text("[core]\n\tfsmonitor = touch /tmp/pwned\n")  # past the mount
     rec = g.check()
     refused = {(r["path"], r["change"], r["how"]) for r in rec["refused"]}
-    assert {("vendor-lib/.git", "created", "put back"), ("sub/.git", "created", "put back"),
+    assert {("vendor-lib/.git", "created (a git directory: its configuration and hooks removed, its data kept)",
+             "put back"), ("sub/.git", "created", "put back"),
             ("existing/.git/config", "modified", "put back")} <= refused, refused
-    assert not (repo / "vendor-lib/.git").exists() and not (repo / "sub/.git").exists()
+    assert not (repo / "sub/.git").exists()
+    assert {p.name for p in (repo / "vendor-lib/.git").iterdir()} <= {"HEAD", "branches", "description", "objects", "refs"}
+    assert not (repo / "vendor-lib/.git/config").exists() and not (repo / "vendor-lib/.git/hooks").exists()
     assert (repo / "vendor-lib").is_dir() and rec["restored"], rec
+
+
+def test_a_nested_repository_moved_away_keeps_its_history(repo, tmp_path_factory):
+    (repo / "n").mkdir()
+    git(repo / "n", "init", "-q")
+    (repo / "n/f").write_text("f")
+    git(repo / "n", "add", "f")
+    git(repo / "n", "commit", "-qm", "history")
+    g = guarded(repo)
+    g.shadows(tmp_path_factory.mktemp("runs") / "s")
+    (repo / "n").rename(repo / "n-moved")  # past the mounts (their parent is renamed)
+    (repo / "n/.git").mkdir(parents=True)
+    (repo / "n/.git/config").write_text("[core]\n\tfsmonitor = touch /tmp/pwned\n")
+    rec = g.check()
+    changes = {r["path"]: r["change"] for r in rec["refused"]}
+    assert changes["n-moved/.git"].startswith("moved here from n/.git"), changes
+    assert not (repo / "n-moved/.git/config").exists()
+    assert git(repo / "n-moved", "log", "--format=%s", git_dir=repo / "n-moved/.git").split() == ["history"]
+    assert "fsmonitor" not in (repo / "n/.git/config").read_text()
 
 
 def test_a_project_that_is_no_repository_gets_an_empty_throwaway(tmp_path, tmp_path_factory):
     (tmp_path / "a.txt").write_text("a")
     g = guarded(tmp_path)
     m = mounted(g.shadows(tmp_path_factory.mktemp("runs") / "s"))
-    assert list(m) == [".git"] and list(m[".git"].iterdir()) == []
-    (tmp_path / ".git").mkdir()  # the engine's mount point
+    assert list(m) == [".git", ".gitmodules"] and list(m[".git"].iterdir()) == []
+    assert m[".gitmodules"].read_bytes() == b""
+    (tmp_path / ".git").mkdir()  # the engine's mount points
+    (tmp_path / ".gitmodules").write_bytes(b"")
     rec = g.check()
     assert rec["refused"] == [] and not (tmp_path / ".git").exists(), rec
+    assert not (tmp_path / ".gitmodules").exists()
     g = guarded(tmp_path)
     m = mounted(g.shadows(tmp_path_factory.mktemp("runs") / "s2"))
     git(m[".git"], "init", "-q", "--bare")
@@ -332,3 +360,54 @@ def test_what_tools_run_on_the_host_is_put_back(repo, path, text):
     rec = g.check()
     assert path in {r["path"] for r in rec["refused"]}, rec["refused"]
     assert rec["restored"] and not (repo / path).exists()
+
+
+@pytest.mark.parametrize("where", [".git", "n/.git"])
+def test_a_git_directory_reached_through_a_link_is_refused_up_front(repo, where):
+    """The review: a `.git` symlink got no throwaway; the workload wrote hooks into the
+    directory it pointed to."""
+    (repo / where).parent.mkdir(exist_ok=True)
+    if where == ".git":
+        (repo / ".git").rename(repo / ".gitreal")
+        (repo / ".git").symlink_to(".gitreal")
+    else:
+        (repo / "n/.ngit").mkdir()
+        (repo / where).symlink_to(".ngit")
+    with pytest.raises(GuardError, match="is a symlink"):
+        Guard(repo).snapshot()
+
+
+def test_while_a_run_lasts_the_hosts_git_looks_into_no_submodule(repo, tmp_path_factory):
+    """The review: the workload filled an uninitialised submodule's directory (or moved a
+    nested repository aside, past any mount, and made a new one); the host's git status
+    in the project ran its core.fsmonitor while the run lasted."""
+    (repo / "sm").mkdir()
+    git(repo / "sm", "init", "-q")
+    (repo / "sm/f").write_text("f")
+    git(repo / "sm", "add", "f")
+    git(repo / "sm", "commit", "-qm", "s")
+    git(repo, "add", "sm")
+    (repo / ".gitmodules").write_text('[submodule "sm"]\n\tpath = sm\n\turl = ./sm\n')
+    git(repo, "add", ".gitmodules")
+    git(repo, "commit", "-qm", "with sm")
+    config = (repo / ".git/config").read_bytes()
+    g = guarded(repo)
+    mounts = dict(g.shadows(tmp_path_factory.mktemp("runs") / "s"))
+    assert mounts[".gitmodules"].read_bytes() == (repo / ".gitmodules").read_bytes()
+    # the workload's configuration in the submodule, ignore = none in .gitmodules (past the pin)
+    marker = tmp_path_factory.mktemp("m") / "ran"
+    git(repo / "sm", "config", "core.fsmonitor", f"touch {marker}; false")
+    (repo / ".gitmodules").write_text('[submodule "sm"]\n\tpath = sm\n\turl = ./sm\n\tignore = none\n')
+    subprocess.run(["git", "status", "--porcelain"], cwd=repo, env=GIT_ENV, capture_output=True)
+    subprocess.run(["git", "diff"], cwd=repo, env=GIT_ENV, capture_output=True)
+    assert not marker.exists()
+    (repo / ".gitmodules").write_text('[submodule "sm"]\n\tpath = sm\n\turl = ./sm\n')
+    git(repo / "sm", "config", "--unset", "core.fsmonitor")
+    rec = g.check()
+    assert (repo / ".git/config").read_bytes() == config and rec["restored"], rec
+    # a killed run's block goes with the next snapshot
+    g2 = guarded(repo)
+    g2.shadows(tmp_path_factory.mktemp("runs") / "s2")
+    assert (repo / ".git/config").read_bytes() != config
+    guarded(repo)
+    assert (repo / ".git/config").read_bytes() == config

@@ -25,6 +25,7 @@ A workflow can drop protected paths from the list (unprotected_paths).
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import hashlib
 import os
@@ -81,6 +82,9 @@ NOT_COPIED_BACK = frozenset({"rebase-merge", "rebase-apply", "sequencer"})
 # a directory above it, of the workload's making, for one).
 NEVER_REMOVED = frozenset({"HEAD", "objects", "refs"})
 _HEAD_RE = re.compile(rb"\A(?:ref: refs/[A-Za-z0-9._/-]{1,240}|[0-9a-f]{40}|[0-9a-f]{64})\n?\Z")
+# The block kooi appends to a project's git config while a run lasts (Guard._pin_config).
+RUN_BLOCK_START = "# kooi run: while a kooi run runs on this project, git looks into no submodule here (kooi removes this)"
+RUN_BLOCK_END = "# kooi run: end"
 # How many git directories (a throwaway each) and `.git` files (a copy each) a run takes.
 MAX_GIT_DIRS = 32
 MAX_GIT_FILES = 64
@@ -572,10 +576,13 @@ class Guard:
     extra: list[str] = field(default_factory=list)
     git_dirs: tuple[str, ...] = (".git",)
     nested: tuple[str, ...] = ()  # the `.git` entries below the top before the run
+    nested_ino: dict[tuple[int, int], str] = field(default_factory=dict)  # their git directories, by inode
     shadow: Path | None = None  # where the shadows are (shadows()), until check() drops them
     throwaways: list[Throwaway] = field(default_factory=list)
     file_copies: list[tuple[str, Path]] = field(default_factory=list)  # `.git` files' copies
     nested_shadows: list[tuple[str, Path]] = field(default_factory=list)  # for nested containers
+    made_files: list[str] = field(default_factory=list)  # mount points kooi's shadows made
+    pinned: str | None = None  # the git directory whose config holds kooi's run block
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -592,12 +599,27 @@ class Guard:
 
     def snapshot(self) -> None:
         """Before anything of the run touches the project."""
+        try:
+            self._unpin_config()  # a killed run's
+        except OSError as exc:
+            raise GuardError(f".git/config: cannot remove a killed kooi run's block ({exc.strerror or exc})") from None
         extra, gitdirs = config_targets(self.root)
         dirs, others, complete = find_git_entries(self.root)
         if not complete:
             raise GuardError(f"the project holds more than {MAX_WALK} entries; kooi cannot look for the nested "
                              "git repositories in it")
+        links = [p for p in (".git", *others) if os.path.islink(self.root / p)]
+        if links:
+            raise GuardError(f"{links[0]} is a symlink: kooi cannot keep a git directory reached through a link "
+                             "(the workload could change what it points to); make it the directory itself, or a "
+                             "`gitdir:` file")
         self.nested = tuple(dirs + others)
+        for d in dirs:
+            try:
+                st = os.lstat(self.root / d)
+                self.nested_ino[(st.st_dev, st.st_ino)] = d
+            except OSError:
+                pass
         self.extra = extra + others
         self.git_dirs = tuple(dict.fromkeys((".git", *gitdirs, *dirs)))
         self.protected = self._scan(strict=True)
@@ -697,11 +719,73 @@ class Guard:
             mounts.append((f, copy))
             nested.append((f, copy))
             self.file_copies.append((f, copy))
+        # .gitmodules too (an empty one where there was none): while the run lasts, the
+        # workload can name no submodule, nor make git look into one (ignore = none).
+        if ".gitmodules" not in self.unprotected and self.protected.get(".gitmodules", Entry("file")).kind == "file":
+            copy = base / "gitmodules" / ".gitmodules"
+            copy.parent.mkdir()
+            if ".gitmodules" in self.protected:
+                _restore(base / "gitmodules", ".gitmodules", self.protected[".gitmodules"])
+            else:
+                copy.write_bytes(b"")
+                self.made_files.append(".gitmodules")
+            _chown_tree(copy.parent, (os.stat(self.root).st_uid, os.stat(self.root).st_gid))
+            mounts.append((".gitmodules", copy))
+            nested.append((".gitmodules", copy))
+            self.file_copies.append((".gitmodules", copy))
+        self._pin_config()
 
         def depth(m: tuple[str, Path]) -> int:
             return len(Path(m[0]).parts)
         self.nested_shadows = sorted(nested, key=depth)
         return sorted(mounts, key=depth)
+
+    def _pin_config(self) -> None:
+        """While the run lasts, the project's own git (the host's) looks into no
+        submodule: a workload that fills a gitlink's directory with a git directory of
+        its own (or moves a nested repository aside and makes a new one, past any
+        mount) would otherwise have its configuration run by the host's next
+        `git status`. A block appended to the real config (which the workload never
+        sees) until check() removes it; a killed run's is removed by the next snapshot."""
+        top = next((t for t in self.throwaways if t.git == ".git" and not t.made), None)
+        if top is None:
+            return
+        names = re.findall(r'^\s*\[submodule\s+"((?:[^"\\\n]|\\.)*)"\s*\]',
+                           self.protected.get(".gitmodules", Entry("x")).data.decode(errors="replace"), re.M)
+        block = [RUN_BLOCK_START, "[diff]", "\tignoreSubmodules = all", "[fetch]", "\trecurseSubmodules = false",
+                 "[submodule]", "\trecurse = false"]
+        for n in names:
+            block += [f'[submodule "{n}"]', "\tignore = all", "\tfetchRecurseSubmodules = false"]
+        block.append(RUN_BLOCK_END)
+        fd = os.open(self.root / ".git" / "config", os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        try:
+            os.write(fd, ("\n" + "\n".join(block) + "\n").encode())
+        finally:
+            os.close(fd)
+        self.pinned = ".git"
+
+    def _unpin_config(self) -> None:
+        """Remove kooi's run block from the project's git config (this run's, or a
+        killed run's)."""
+        p = self.root / ".git" / "config"
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        with os.fdopen(fd, "rb") as f:
+            text = f.read(MAX_FILE + 1).decode(errors="surrogateescape")
+        start = text.find("\n" + RUN_BLOCK_START)
+        if start < 0:
+            return
+        end = text.find(RUN_BLOCK_END, start)
+        end = len(text) if end < 0 else end + len(RUN_BLOCK_END) + 1
+        st = os.lstat(p)
+        tmp = p.with_name(".kooi-config.new")
+        tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, stat.S_IMODE(st.st_mode))
+        with os.fdopen(tfd, "wb") as f:
+            f.write((text[:start] + text[end:]).encode(errors="surrogateescape"))
+        os.rename(tmp, p)
+        self.pinned = None
 
     def _check_shadows(self) -> tuple[list[dict[str, str]], list[str], str]:
         """What the workload changed in the throwaways (never in the project), git's data
@@ -740,8 +824,10 @@ class Guard:
             refused += t.refused
         for rel, copy in self.file_copies:
             a = _lentry(copy, content=True, strict=False)
-            if not self.protected[rel].same(a):
-                refused.append({"path": rel, "change": _change(self.protected[rel], a), "how": "shadowed"})
+            b = self.protected.get(rel, Entry("file", a.mode if a else 0) if rel in self.made_files else None)
+            if b is None or not b.same(a):
+                refused.append({"path": rel, "change": _change(None if rel in self.made_files else b, a),
+                                "how": "shadowed"})
         try:
             _remove(self.shadow)
         except OSError as exc:
@@ -826,7 +912,14 @@ class Guard:
         try:
             for name in t.bound:
                 found: list[str] = []
-                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=real_fd)
+                try:
+                    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=real_fd)
+                except (FileNotFoundError, NotADirectoryError, OSError) as exc:
+                    if exc.errno == errno.ELOOP:
+                        os.unlink(name, dir_fd=real_fd)
+                        t.refused.append({"path": f"{t.git}/{name}", "change": "replaced (dir -> link)",
+                                          "how": "put back"})
+                    continue  # gone: the put-back of the git directory says so
                 try:
                     _bound_problems(fd, f"{t.git}/{name}", found, [MAX_ENTRIES_AFTER * 20])
                 finally:
@@ -848,12 +941,30 @@ class Guard:
                 continue
             if any(rel.startswith(g + "/") for g in self.git_dirs):
                 continue  # inside a git directory kooi already compares
-            refused.append({"path": rel, "change": "created", "how": "put back"})
+            parent, _, name = rel.rpartition("/")
             try:
-                parent, _, name = rel.rpartition("/")
                 fd = _open_dir(self.root, parent)
                 try:
-                    _remove_at(fd, name)
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if not stat.S_ISDIR(st.st_mode):
+                        _remove_at(fd, name)
+                        refused.append({"path": rel, "change": "created", "how": "put back"})
+                        continue
+                    # A git directory: its data may be a repository's history (one the
+                    # workload moved here): kept; its configuration, hooks and the rest go.
+                    was = self.nested_ino.get((st.st_dev, st.st_ino))
+                    gfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                    try:
+                        for n in os.listdir(gfd):
+                            if not is_git_data(n):
+                                _remove_at(gfd, n)
+                        found: list[str] = []
+                        _bound_problems(gfd, rel, found, [MAX_ENTRIES_AFTER * 20])
+                    finally:
+                        os.close(gfd)
+                    change = f"moved here from {was}" if was else "created"
+                    refused.append({"path": rel, "change": f"{change} (a git directory: its configuration and hooks "
+                                                           "removed, its data kept)", "how": "put back"})
                 finally:
                     os.close(fd)
             except OSError as exc:
@@ -864,6 +975,10 @@ class Guard:
         """After the run: put back every protected path that differs; the record.
         restored is False when anything could not be read or put back."""
         failed: list[str] = []
+        try:
+            self._unpin_config()
+        except OSError as exc:
+            failed.append(f".git/config: kooi's run block not removed ({exc.strerror or exc})")
         shadowed, shadow_failed, warning = self._check_shadows()
         failed += shadow_failed
         try:
@@ -881,6 +996,15 @@ class Guard:
                     del after[".git"]
                 except OSError:
                     pass
+        for rel in self.made_files:
+            e = after.get(rel)
+            if rel not in self.protected and e is not None and e.kind == "file" and not e.data:
+                try:
+                    os.unlink(self.root / rel)
+                    del after[rel]
+                except OSError:
+                    pass
+        self.made_files = []
         self.throwaways = []
         self.file_copies = []
         refused = []
