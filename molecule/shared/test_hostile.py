@@ -198,7 +198,7 @@ def attacked(host, ctx):
              f"{WFDIR}/hostile-second.yml")
     host.run(f"rm -f {home}/kooi-hostile-marker {home}/kooi-hostile-smuggled /tmp/kooi-hostile-hook; "
              f"rm -rf {home}/kooi-hostile")
-    host.run(f"runuser -u {ctx.runner} -- sh -c 'mkdir -p {project} && cd {project} && git init -q . "
+    host.run(f"runuser -u {ctx.runner} -- sh -c 'mkdir -p {project}/sub && cd {project} && git init -q . "
              f"&& git -c user.email=t@t -c user.name=t commit -q --allow-empty -m init'")
     out, seen = "/var/lib/kooi/runs/hostile-api.json", "/var/lib/kooi/runs/hostile-api.seen"
     script = f"""
@@ -208,6 +208,8 @@ KOOI_WORKFLOW_DIR={WFDIR} kooi run hostile-api --project {shlex.quote(project)} 
 pid=$!
 ( sleep 3; KOOI_WORKFLOW_DIR={WFDIR} kooi run hostile-second --project {shlex.quote(project)} \
     > /var/lib/kooi/runs/hostile-second.out 2>&1; echo "second rc=$?" >> {seen} ) &
+( sleep 3; KOOI_WORKFLOW_DIR={WFDIR} kooi run hostile-second --project {shlex.quote(project + "/sub")} \
+    > /var/lib/kooi/runs/hostile-third.out 2>&1; echo "third rc=$?" >> {seen} ) &
 while kill -0 $pid 2>/dev/null; do
   [ -e {project}/.git/hooks/post-checkout ] && echo "real hook written" >> {seen}
   sleep 0.2
@@ -223,7 +225,10 @@ wait $pid; rc=$?; wait; echo "rc=$rc"
     second = host.file("/var/lib/kooi/runs/hostile-second.out")
     lines.second_out = second.content_string if second.exists else ""
     lines.second = next((ln for ln in during.splitlines() if ln.startswith("second rc=")), "")
-    during = "\n".join(ln for ln in during.splitlines() if not ln.startswith("second rc="))
+    lines.third = next((ln for ln in during.splitlines() if ln.startswith("third rc=")), "")
+    third = host.file("/var/lib/kooi/runs/hostile-third.out")
+    lines.third_out = third.content_string if third.exists else ""
+    during = "\n".join(ln for ln in during.splitlines() if not ln.startswith(("second rc=", "third rc=")))
     # What the run left on the engine, then removed (a smuggled create would be unlabelled).
     lines.leftover = engine(host, ctx, "ps -a --format '{{.Names}}'").stdout
     lines.new_volumes = sorted(set(engine(host, ctx, "volume ls -q").stdout.split()) - volumes_before)
@@ -241,6 +246,8 @@ class Lines(list):
     leftover = ""
     second = ""      # `second rc=N` of another workflow's run on the project, started meanwhile
     second_out = ""  # its output
+    third = ""       # `third rc=N` of a run on a directory inside the project, started meanwhile
+    third_out = ""
     new_volumes: list[str] = []  # volumes on the engine after the run that were not there before
 
     def __getitem__(self, name):  # type: ignore[override]
@@ -377,7 +384,12 @@ def test_one_run_per_project_whatever_its_workflow(host, ctx, attacked):
     paths takes those changes into its snapshot and puts them back for good."""
     rc, lines, result, _, _ = attacked
     assert lines.second == "second rc=75", (lines.second, lines.second_out[-2000:])
-    assert "another run on this project holds" in lines.second_out, lines.second_out[-2000:]
+    assert "another run on this project or inside it holds" in lines.second_out, lines.second_out[-2000:]
+    # The second hostile review of issue 29: runs on P and on P/n at once each took the
+    # other's changes into their snapshots, and one swapped a directory of the other's
+    # project for a link before that run's guard put things back through it.
+    assert lines.third == "third rc=75", (lines.third, lines.third_out[-2000:])
+    assert "another run on a directory around it holds" in lines.third_out, lines.third_out[-2000:]
 
 
 @pytest.mark.parametrize("mode,script,want_rc,want_reason", [

@@ -345,3 +345,26 @@ def test_share_with_group_sets_setgid_directories_and_never_follows_a_link(tmp_p
     assert not outside.stat().st_mode & stat.S_ISGID  # the link was not followed
     with pytest.raises(run.RunError, match="not in gVisor's workload group"):
         project_mod.share_with_group(tmp_path / "outside", 4242, "nobody", log)
+
+
+def test_one_run_per_project_and_none_on_a_directory_inside_another_runs(tmp_path):
+    from kooi.run.errors import RunError
+    from kooi.run.project import RunLock
+
+    runs = tmp_path / "runs"
+    p = tmp_path / "home" / "p"
+    outer = RunLock(runs, "a", p)
+    outer.acquire(0)
+    for inner_path, what in ((p / "n", "a directory around it"), (p, "this project or inside it")):
+        with pytest.raises(RunError, match=what):
+            RunLock(runs, "b", inner_path).acquire(0)
+    outer.release()
+    # siblings run side by side; their parent waits for both
+    a, b = RunLock(runs, "a", p / "n"), RunLock(runs, "b", p / "m")
+    a.acquire(0)
+    b.acquire(0)
+    with pytest.raises(RunError, match="this project or inside it"):
+        RunLock(runs, "c", p).acquire(0)
+    a.release()
+    b.release()
+    RunLock(runs, "c", p).acquire(0)

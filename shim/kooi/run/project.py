@@ -207,34 +207,48 @@ def check_project(project: Path, cfg: EngineConfig) -> Path:
 
 
 class RunLock:
-    """One run per project at a time, whatever its workflow (flock; released when the
-    process dies)."""
+    """One run per project at a time, whatever its workflow, and none on a directory
+    inside or around it (flock; released when the process dies): the project's own lock
+    exclusively, each directory above it shared. A run on P and one on P/n would each
+    take the other's changes into its snapshot and put them back, and one could swap a
+    directory of the other's project for a link before that run's guard works on it."""
 
     def __init__(self, run_dir: Path, wf: str, project: Path):
         self.path = run_dir / "locks" / labels.lock_key(str(project))
-        self.fd: int | None = None
+        self.above = [run_dir / "locks" / labels.lock_key(str(a)) for a in project.parents]
+        self.fds: list[int] = []
+
+    def _try(self) -> Path | None:
+        """Every lock at once, or none (the one another run holds)."""
+        for path, mode in [*((a, fcntl.LOCK_SH) for a in reversed(self.above)), (self.path, fcntl.LOCK_EX)]:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
+            self.fds.append(fd)
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.release()
+                return path
+        return None
 
     def acquire(self, wait: float) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o640)
         deadline = time.monotonic() + wait
         while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = self._try()
+            if held is None:
                 return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(self.fd)
-                    self.fd = None
-                    raise RunError("busy", EXIT_BUSY,
-                                   f"another run on this project holds {self.path} (one run per project at a time, whatever "
-                                   "its workflow); retry later or pass --wait") from None
-                time.sleep(0.2)
+            if time.monotonic() >= deadline:
+                what = "this project or inside it" if held == self.path else "a directory around it"
+                raise RunError("busy", EXIT_BUSY,
+                               f"another run on {what} holds {held} (one run per project at a time, whatever its "
+                               "workflow, and none on a directory inside another run's project); retry later or "
+                               "pass --wait") from None
+            time.sleep(0.2)
 
     def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
 
 
 
