@@ -36,6 +36,9 @@ ATTACK = r"""
 cd /workspace
 payload() { git -C "$1" config core.fsmonitor "touch $MARK-$2; false"; }
 export GIT_AUTHOR_NAME=w GIT_AUTHOR_EMAIL=w@w GIT_COMMITTER_NAME=w GIT_COMMITTER_EMAIL=w@w
+# what tools run from a subdirectory: cargo's rustc-wrapper, direnv
+mkdir -p crates/x/.cargo sub && printf '[build]\nrustc-wrapper = "/tmp/x"\n' > crates/x/.cargo/config.toml \
+  && echo "touch $MARK-envrc" > sub/.envrc; echo "HOSTILE deep $?"
 if [ -e .git ]; then
   # the agent's work, which must reach the host
   echo work > work.txt && git add work.txt && git commit -q -m work; echo "HOSTILE commit $?"
@@ -175,6 +178,8 @@ def test_no_git_payload_runs_on_the_host_during_or_after_the_run(host, ctx, atta
 def test_what_the_workload_did_to_git_is_listed(host, ctx, attacked):
     param, project, rc, output, result, during, after = attacked
     refused = {(r["path"], r["how"]) for r in result["project_guard"]["refused"]}
+    assert {("crates/x/.cargo", "put back"), ("sub/.envrc", "put back")} <= refused, refused
+    assert not host.file(f"{project}/crates/x/.cargo").exists and not host.file(f"{project}/sub/.envrc").exists
     if param == "jail-no-repo":
         assert (".git", "put back") in refused or (".git", "shadowed") in refused, refused
         assert not host.file(f"{project}/.git").exists

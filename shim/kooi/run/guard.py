@@ -63,6 +63,12 @@ GIT_DATA = frozenset({
 def is_git_data(name: str) -> bool:
     """NAME, in a git directory, is the repository's data (a split index's shared part too)."""
     return name in GIT_DATA or name.startswith("sharedindex.")
+# Protected wherever they are in the project (below its top, outside node_modules): what
+# runs on the host when someone works in that directory (direnv on cd, cargo, npm, yarn
+# and pnpm when they build there, mise, Claude Code and MCP clients started there, a dev
+# container opened there).
+DEEP = frozenset({".envrc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".cargo", ".mise.toml", "mise.toml",
+                  ".mise", ".claude", ".mcp.json", ".devcontainer", ".devcontainer.json", ".gitmodules"})
 # While the workload runs, every git directory of the project (its own `.git`, a
 # `gitdir:` target, each submodule's under modules/, a nested repository's) is a
 # throwaway copy mounted over the real one: its configuration and hooks (everything but
@@ -357,12 +363,21 @@ def find_git_entries(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list
     """Every `.git` below ROOT's top (nested repositories, submodules' checkouts), never
     through a symlink and never into a git directory: (directories, other entries,
     complete: False when ROOT holds more than LIMIT entries)."""
+    dirs, others, _, complete = walk_project(root, limit)
+    return dirs, others, complete
+
+
+def walk_project(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list[str], list[str], bool]:
+    """One walk of ROOT, never through a symlink and never into a git directory: every
+    `.git` below the top (directories, other entries), every DEEP name below the top
+    (outside node_modules), complete: False when ROOT holds more than LIMIT entries."""
     dirs: list[str] = []
     others: list[str] = []
+    deep: list[str] = []
     n = 0
-    todo = [""]
+    todo: list[tuple[str, bool]] = [("", False)]
     while todo:
-        rel = todo.pop()
+        rel, in_modules = todo.pop()
         try:
             it = os.scandir(root / rel if rel else root)
         except OSError:
@@ -371,7 +386,7 @@ def find_git_entries(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list
             for e in it:
                 n += 1
                 if n > limit:
-                    return dirs, others, False
+                    return sorted(dirs), sorted(others), sorted(deep), False
                 child = f"{rel}/{e.name}" if rel else e.name
                 try:
                     is_dir = e.is_dir(follow_symlinks=False)
@@ -380,9 +395,13 @@ def find_git_entries(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list
                 if e.name == ".git":
                     if rel:
                         (dirs if is_dir else others).append(child)
-                elif is_dir:
-                    todo.append(child)
-    return sorted(dirs), sorted(others), True
+                    continue
+                if rel and not in_modules and e.name in DEEP:
+                    deep.append(child)
+                    continue
+                if is_dir:
+                    todo.append((child, in_modules or e.name == "node_modules"))
+    return sorted(dirs), sorted(others), sorted(deep), True
 
 
 def _open_dir(root: Path, rel: str) -> int:
@@ -576,6 +595,7 @@ class Guard:
     extra: list[str] = field(default_factory=list)
     git_dirs: tuple[str, ...] = (".git",)
     nested: tuple[str, ...] = ()  # the `.git` entries below the top before the run
+    deep: tuple[str, ...] = ()  # the DEEP names below the top before the run
     nested_ino: dict[tuple[int, int], str] = field(default_factory=dict)  # their git directories, by inode
     shadow: Path | None = None  # where the shadows are (shadows()), until check() drops them
     throwaways: list[Throwaway] = field(default_factory=list)
@@ -604,10 +624,11 @@ class Guard:
         except OSError as exc:
             raise GuardError(f".git/config: cannot remove a killed kooi run's block ({exc.strerror or exc})") from None
         extra, gitdirs = config_targets(self.root)
-        dirs, others, complete = find_git_entries(self.root)
+        dirs, others, deep, complete = walk_project(self.root)
         if not complete:
             raise GuardError(f"the project holds more than {MAX_WALK} entries; kooi cannot look for the nested "
                              "git repositories in it")
+        self.deep = tuple(deep)
         links = [p for p in (".git", *others) if os.path.islink(self.root / p)]
         if links:
             raise GuardError(f"{links[0]} is a symlink: kooi cannot keep a git directory reached through a link "
@@ -620,7 +641,7 @@ class Guard:
                 self.nested_ino[(st.st_dev, st.st_ino)] = d
             except OSError:
                 pass
-        self.extra = extra + others
+        self.extra = extra + others + deep
         self.git_dirs = tuple(dict.fromkeys((".git", *gitdirs, *dirs)))
         self.protected = self._scan(strict=True)
 
@@ -932,10 +953,25 @@ class Guard:
     def _nested_created(self) -> tuple[list[dict[str, str]], list[str]]:
         """`.git` entries below the project's top the workload made (a nested repository,
         a `.git` file pointing git elsewhere): removed, listed."""
-        dirs, others, complete = find_git_entries(self.root)
+        dirs, others, deep, complete = walk_project(self.root)
         failed = [] if complete else [f"the project holds more than {MAX_WALK} entries: kooi could not look for "
                                       "nested git repositories the workload made"]
         refused = []
+        for rel in deep:
+            if rel in self.deep or any(rel == u or rel.startswith(u + "/") for u in self.unprotected):
+                continue
+            if any(rel.startswith(g + "/") for g in self.git_dirs):
+                continue
+            refused.append({"path": rel, "change": "created", "how": "put back"})
+            parent, _, name = rel.rpartition("/")
+            try:
+                fd = _open_dir(self.root, parent)
+                try:
+                    _remove_at(fd, name)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                failed.append(f"{rel}: {exc.strerror or exc}")
         for rel in dirs + others:
             if rel in self.nested or any(rel == u or rel.startswith(u + "/") for u in self.unprotected):
                 continue
