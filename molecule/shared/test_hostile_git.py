@@ -39,7 +39,7 @@ export GIT_AUTHOR_NAME=w GIT_AUTHOR_EMAIL=w@w GIT_COMMITTER_NAME=w GIT_COMMITTER
 # what tools run from a subdirectory: cargo's rustc-wrapper, direnv
 mkdir -p crates/x/.cargo sub && printf '[build]\nrustc-wrapper = "/tmp/x"\n' > crates/x/.cargo/config.toml \
   && echo "touch $MARK-envrc" > sub/.envrc; echo "HOSTILE deep $?"
-if [ -e .git ]; then
+if git rev-parse -q --git-dir >/dev/null 2>&1; then
   # the agent's work, which must reach the host
   echo work > work.txt && git add work.txt && git commit -q -m work; echo "HOSTILE commit $?"
   # the project's own config
@@ -81,6 +81,11 @@ d = d.replace(b"xgit/hooks/post-checkout", b".git/hooks/post-checkout"); open(p,
   echo "HOSTILE head $?"
 else
   git init -q . && payload . init; echo "HOSTILE init $?"
+  # the project's top laid out as a bare repository, with a commit and a pager of its own
+  mkdir -p objects refs/heads && echo 'ref: refs/heads/main' > HEAD \
+    && t=$(GIT_DIR=/workspace git mktree </dev/null) && c=$(GIT_DIR=/workspace git commit-tree "$t" -m x) \
+    && echo "$c" > refs/heads/main && printf '[core]\n\tpager = touch %s-bare-top\n' "$MARK" > config
+  echo "HOSTILE bare-top $?"
 fi
 touch /workspace/.kooi-hostile-ready
 i=0; while [ ! -e /workspace/.kooi-hostile-looked ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
@@ -153,6 +158,7 @@ echo "ready after $i"
 cd {project} && runuser -u {ctx.runner} -- git status --porcelain >/dev/null 2>&1
 git -c safe.directory='*' status --porcelain >/dev/null 2>&1
 git -c safe.directory='*' diff >/dev/null 2>&1
+mkdir -p sub && script -qc "git -c safe.directory='*' -C sub log -1" /dev/null >/dev/null 2>&1
 echo during: $(ls {MARK}-* 2>/dev/null) > /var/lib/kooi/runs/{name}.during
 runuser -u {ctx.runner} -- touch {project}/.kooi-hostile-looked
 wait $pid; echo "rc=$?" >> /var/lib/kooi/runs/{name}.during

@@ -299,18 +299,34 @@ def test_a_project_that_is_no_repository_gets_an_empty_throwaway(tmp_path, tmp_p
     m = mounted(g.shadows(tmp_path_factory.mktemp("runs") / "s"))
     assert list(m) == [".git", ".gitmodules"] and list(m[".git"].iterdir()) == []
     assert m[".gitmodules"].read_bytes() == b""
-    (tmp_path / ".git").mkdir()  # the engine's mount points
-    (tmp_path / ".gitmodules").write_bytes(b"")
+    # the mount point is an empty repository of kooi's: git on the host stops there
+    assert git(tmp_path, "rev-parse", "--git-dir").strip() == ".git"
+    (tmp_path / ".gitmodules").write_bytes(b"")  # the engine's mount point
     rec = g.check()
     assert rec["refused"] == [] and not (tmp_path / ".git").exists(), rec
     assert not (tmp_path / ".gitmodules").exists()
     g = guarded(tmp_path)
     m = mounted(g.shadows(tmp_path_factory.mktemp("runs") / "s2"))
     git(m[".git"], "init", "-q", "--bare")
-    (tmp_path / ".git").mkdir()
     rec = g.check()
     assert [(r["path"], r["how"]) for r in rec["refused"]] == [(".git", "shadowed")], rec
     assert not (tmp_path / ".git").exists()
+
+
+def test_a_bare_repository_layout_the_workload_leaves_is_no_repository(tmp_path, tmp_path_factory):
+    """The review: HEAD, objects, refs and a config with core.pager at the top of a
+    project without .git (or in a subdirectory): root's git log there ran the pager."""
+    g = guarded(tmp_path)
+    g.shadows(tmp_path_factory.mktemp("runs") / "s")
+    for d in (tmp_path, tmp_path / "src"):
+        (d / "objects").mkdir(parents=True)
+        (d / "refs").mkdir()
+        (d / "HEAD").write_text("ref: refs/heads/main\n")
+        (d / "config").write_text("[core]\n\tpager = touch /tmp/pwned\n")
+    rec = g.check()
+    refused = {r["path"] for r in rec["refused"]}
+    assert {"HEAD", "src/HEAD"} <= refused, rec["refused"]
+    assert not (tmp_path / "HEAD").exists() and not (tmp_path / "src/HEAD").exists()
 
 
 def test_an_untouched_shadow_is_no_refusal(repo, tmp_path_factory):

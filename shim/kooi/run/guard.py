@@ -88,6 +88,11 @@ NOT_COPIED_BACK = frozenset({"rebase-merge", "rebase-apply", "sequencer"})
 # a directory above it, of the workload's making, for one).
 NEVER_REMOVED = frozenset({"HEAD", "objects", "refs"})
 _HEAD_RE = re.compile(rb"\A(?:ref: refs/[A-Za-z0-9._/-]{1,240}|[0-9a-f]{40}|[0-9a-f]{64})\n?\Z")
+# The empty repository kooi makes where a project has no .git, as the throwaway's mount
+# point (Guard.shadows), and what it holds (names, fingerprints without the mode).
+PLACEHOLDER_HEAD = b"ref: refs/heads/kooi-run-placeholder\n"
+PLACEHOLDER_CONTENT = [("HEAD", ("file", len(PLACEHOLDER_HEAD), hashlib.sha256(PLACEHOLDER_HEAD).hexdigest())),
+                       ("objects", ("dir", ())), ("refs", ("dir", ()))]
 # The block kooi appends to a project's git config while a run lasts (Guard._pin_config).
 RUN_BLOCK_START = "# kooi run: while a kooi run runs on this project, git looks into no submodule here (kooi removes this)"
 RUN_BLOCK_END = "# kooi run: end"
@@ -367,10 +372,17 @@ def find_git_entries(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list
     return dirs, others, complete
 
 
-def walk_project(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list[str], list[str], bool]:
+# What makes a directory a (bare) repository to git: it looks for these in every
+# directory it walks up through, and runs the `config` next to them.
+BARE = frozenset({"HEAD", "objects", "refs"})
+
+
+def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = None) \
+        -> tuple[list[str], list[str], list[str], bool]:
     """One walk of ROOT, never through a symlink and never into a git directory: every
     `.git` below the top (directories, other entries), every DEEP name below the top
-    (outside node_modules), complete: False when ROOT holds more than LIMIT entries."""
+    (outside node_modules), complete: False when ROOT holds more than LIMIT entries.
+    BARE gets every directory that holds a bare repository's layout ("." for ROOT)."""
     dirs: list[str] = []
     others: list[str] = []
     deep: list[str] = []
@@ -382,11 +394,13 @@ def walk_project(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list[str
             it = os.scandir(root / rel if rel else root)
         except OSError:
             continue
+        names: set[str] = set()
         with it:
             for e in it:
                 n += 1
                 if n > limit:
                     return sorted(dirs), sorted(others), sorted(deep), False
+                names.add(e.name)
                 child = f"{rel}/{e.name}" if rel else e.name
                 try:
                     is_dir = e.is_dir(follow_symlinks=False)
@@ -401,6 +415,8 @@ def walk_project(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list[str
                     continue
                 if is_dir:
                     todo.append((child, in_modules or e.name == "node_modules"))
+        if bare is not None and BARE <= names:
+            bare.append(rel or ".")
     return sorted(dirs), sorted(others), sorted(deep), True
 
 
@@ -596,6 +612,7 @@ class Guard:
     git_dirs: tuple[str, ...] = (".git",)
     nested: tuple[str, ...] = ()  # the `.git` entries below the top before the run
     deep: tuple[str, ...] = ()  # the DEEP names below the top before the run
+    bare: tuple[str, ...] = ()  # directories with a bare repository's layout before the run
     nested_ino: dict[tuple[int, int], str] = field(default_factory=dict)  # their git directories, by inode
     shadow: Path | None = None  # where the shadows are (shadows()), until check() drops them
     throwaways: list[Throwaway] = field(default_factory=list)
@@ -624,7 +641,9 @@ class Guard:
         except OSError as exc:
             raise GuardError(f".git/config: cannot remove a killed kooi run's block ({exc.strerror or exc})") from None
         extra, gitdirs = config_targets(self.root)
-        dirs, others, deep, complete = walk_project(self.root)
+        bare: list[str] = []
+        dirs, others, deep, complete = walk_project(self.root, bare=bare)
+        self.bare = tuple(bare)
         if not complete:
             raise GuardError(f"the project holds more than {MAX_WALK} entries; kooi cannot look for the nested "
                              "git repositories in it")
@@ -734,6 +753,15 @@ class Guard:
             self.throwaways.append(t)
             mounts.append((".git", t.copy / ".git"))
             nested.append((".git", t.copy / ".git"))
+            # The mount point, made here rather than by the engine: an empty repository
+            # of kooi's (no config), so the host's git, walking up from anywhere in the
+            # project while the run lasts, stops there and never takes the project's top
+            # for a bare repository of the workload's making.
+            top = self.root / ".git"
+            top.mkdir(mode=0o755)
+            (top / "objects").mkdir()
+            (top / "refs").mkdir()
+            (top / "HEAD").write_bytes(PLACEHOLDER_HEAD)
         for i, f in enumerate(files):
             copy = base / f"f{i}" / ".git"
             _restore(base / f"f{i}", ".git", self.protected[f])
@@ -953,10 +981,26 @@ class Guard:
     def _nested_created(self) -> tuple[list[dict[str, str]], list[str]]:
         """`.git` entries below the project's top the workload made (a nested repository,
         a `.git` file pointing git elsewhere): removed, listed."""
-        dirs, others, deep, complete = walk_project(self.root)
+        bare: list[str] = []
+        dirs, others, deep, complete = walk_project(self.root, bare=bare)
         failed = [] if complete else [f"the project holds more than {MAX_WALK} entries: kooi could not look for "
                                       "nested git repositories the workload made"]
         refused = []
+        for rel in bare:
+            if rel in self.bare or any(rel == g or rel.startswith(g + "/") for g in self.git_dirs):
+                continue
+            # git would take it for a repository and run its config: without HEAD it is none
+            path = "HEAD" if rel == "." else f"{rel}/HEAD"
+            refused.append({"path": path, "change": "created (a bare repository's layout: HEAD removed)",
+                            "how": "put back"})
+            try:
+                fd = _open_dir(self.root, "" if rel == "." else rel)
+                try:
+                    _remove_at(fd, "HEAD")
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                failed.append(f"{path}: {exc.strerror or exc}")
         for rel in deep:
             if rel in self.deep or any(rel == u or rel.startswith(u + "/") for u in self.unprotected):
                 continue
@@ -1028,8 +1072,15 @@ class Guard:
             e = after.get(".git")
             if e is not None and e.kind == "dir" and not any(k.startswith(".git/") for k in after):
                 try:
-                    os.rmdir(self.root / ".git")
-                    del after[".git"]
+                    fd = _open_dir(self.root, ".git")
+                    try:
+                        mine = _fingerprint(fd, ".", content=True)
+                    finally:
+                        os.close(fd)
+                    if mine is not None and [(n, c if c is None else c[:1] + c[2:]) for n, c in mine[2]] == \
+                            PLACEHOLDER_CONTENT:
+                        shutil.rmtree(self.root / ".git")
+                        del after[".git"]
                 except OSError:
                     pass
         for rel in self.made_files:
