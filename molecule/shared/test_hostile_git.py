@@ -55,6 +55,18 @@ if git rev-parse -q --git-dir >/dev/null 2>&1; then
   # a nested repository of the workload's, committed as a gitlink
   git init -q vendor-lib && echo v > vendor-lib/v && git -C vendor-lib add v && git -C vendor-lib commit -q -m v \
     && payload vendor-lib nested && git add vendor-lib && git commit -q -m vendor; echo "HOSTILE nested $?"
+  # (the third review) a repository split over a commondir, one in git's own objects, a
+  # toolchain at a path of the workload's
+  branch=$(git symbolic-ref -q HEAD)
+  mkdir -p .cache/c/refs/heads src && cp -r .git/objects .cache/c/ && cp ".git/$branch" .cache/c/refs/heads/ \
+    && echo "ref: $branch" > src/HEAD && echo ../.cache/c > src/commondir \
+    && printf '[core]\n\tpager = touch %s-commondir-layout\n' "$MARK" > .cache/c/config
+  echo "HOSTILE commondir-layout $?"
+  mkdir -p .git/objects/ev/objects .git/objects/ev/refs && echo "ref: $branch" > .git/objects/ev/HEAD \
+    && printf '[core]\n\tpager = touch %s-objects-layout\n' "$MARK" > .git/objects/ev/config
+  echo "HOSTILE objects-layout $?"
+  hostpath=$(awk '$5=="/workspace"{print $4}' /proc/self/mountinfo | head -1)
+  printf '[toolchain]\npath = "%s/.tc"\n' "$hostpath" > rust-toolchain.toml; echo "HOSTILE toolchain $?"
   # git's data turned against the host (the second review of this change): a reflog that
   # is a link out of the project, a rebase stopped before an exec the host would run on
   # `git rebase --continue`
@@ -74,6 +86,7 @@ if git rev-parse -q --git-dir >/dev/null 2>&1; then
 import hashlib; p = ".git/index"; d = open(p, "rb").read()[:-20]
 d = d.replace(b"xgit/hooks/post-checkout", b".git/hooks/post-checkout"); open(p, "wb").write(d + hashlib.sha1(d).digest())'
   echo "HOSTILE index $?"
+  git update-index --split-index; echo "HOSTILE split-index $?"
   # no HEAD (git would take the project's top for a bare repository of the workload's)
   branch=$(git symbolic-ref -q HEAD); rm -f .git/HEAD && mkdir -p objects/info refs/heads \
     && echo ../.git/objects > objects/info/alternates && cp ".git/$branch" "refs/heads/${branch##*/}" \
@@ -117,7 +130,9 @@ def git_status(host, ctx, project: str) -> str:
              f"script -qc \"{root} log -1\" /dev/null >/dev/null 2>&1; "
              f"{root} commit -q --allow-empty -m host >/dev/null 2>&1; "
              f"{root} rebase --continue >/dev/null 2>&1; "
-             f"{root} restore . >/dev/null 2>&1; {root} checkout -q -b hostile-after >/dev/null 2>&1; true")
+             f"{root} restore . >/dev/null 2>&1; {root} checkout -q -b hostile-after >/dev/null 2>&1; "
+             f"script -qc \"{root} -C src log -1\" /dev/null >/dev/null 2>&1; "
+             f"script -qc \"{root} -C .git/objects/ev branch\" /dev/null >/dev/null 2>&1; true")
     return host.run(f"ls {MARK}-* 2>/dev/null").stdout.strip()
 
 
@@ -191,9 +206,11 @@ def test_what_the_workload_did_to_git_is_listed(host, ctx, attacked):
         assert not host.file(f"{project}/.git").exists
         return
     paths = {p for p, _ in refused}
+    assert any(p in (".git/index", ) or p.startswith(".git/sharedindex.") for p in paths), sorted(refused)
     for want in (".git/config", ".git/commondir", ".git/config.worktree", "vendor-lib/.git",
-                 "existing-lib/.git/config", "existing-lib/.git/hooks/post-checkout", ".git/HEAD", ".git/index",
-                 ".git/rebase-merge", ".git/logs/HEAD", "existing-moved/.git"):
+                 "existing-lib/.git/config", "existing-lib/.git/hooks/post-checkout", ".git/HEAD",
+                 ".git/rebase-merge", ".git/logs/HEAD", "existing-moved/.git", "src/HEAD",
+                 ".git/objects/ev/HEAD", "rust-toolchain.toml"):
         assert any(p == want or p.startswith(want + "/") for p in paths), (want, sorted(refused))
     assert not host.file(f"{project}/vendor-lib/.git/config").exists  # its data stays
     assert not host.file(f"{project}/.git/commondir").exists

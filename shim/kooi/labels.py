@@ -8,6 +8,7 @@ must agree, so the names live here and nowhere else.
 from __future__ import annotations
 
 import hashlib
+import os
 
 PREFIX = "org.kooi"
 MANAGED = f"{PREFIX}.managed"  # "1" on every container, network and volume of a run
@@ -36,8 +37,13 @@ def lock_key(project: str) -> str:
     workflow (the project is one object shared by every run on it: a second run would
     take the first one's changes into its snapshot of the protected paths and put them
     back for good); `kooi gc` rebuilds it from a container's labels to see whether its
-    run lives."""
-    return f"project-{hashlib.sha256(project.encode()).hexdigest()[:16]}.lock"
+    run lives. Named by the directory's device and inode where it exists, so a second
+    path to it (a bind mount) is the same project."""
+    try:
+        st = os.stat(project)
+        return f"project-{st.st_dev:x}-{st.st_ino:x}.lock"
+    except OSError:
+        return f"project-{hashlib.sha256(project.encode()).hexdigest()[:16]}.lock"
 
 
 def lock_key_of(labels: dict[str, str]) -> str:

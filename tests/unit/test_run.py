@@ -368,3 +368,19 @@ def test_one_run_per_project_and_none_on_a_directory_inside_another_runs(tmp_pat
     a.release()
     b.release()
     RunLock(runs, "c", p).acquire(0)
+
+
+def test_a_second_path_to_a_project_is_the_same_project(tmp_path):
+    """The second review: a bind mount of the project under another name took another
+    lock; its run's snapshot removed the first run's submodule block. The key is the
+    directory's device and inode (a symlink stands in for the bind mount here)."""
+    from kooi.run.errors import RunError
+    from kooi.run.project import RunLock
+
+    p = tmp_path / "p"
+    p.mkdir()
+    (tmp_path / "alias").symlink_to(p)
+    first = RunLock(tmp_path / "runs", "a", p)
+    first.acquire(0)
+    with pytest.raises(RunError, match="this project"):
+        RunLock(tmp_path / "runs", "b", tmp_path / "alias").acquire(0)

@@ -45,7 +45,9 @@ PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.
              # what package managers run when someone builds on the host: cargo's
              # rustc-wrapper and aliases, yarn's yarnPath, npm's node-options and
              # script-shell, pnpm's hooks file
-             ".cargo/config.toml", ".cargo/config", ".yarnrc.yml", ".yarnrc", ".npmrc", ".pnpmfile.cjs")
+             ".cargo/config.toml", ".cargo/config", ".yarnrc.yml", ".yarnrc", ".npmrc", ".pnpmfile.cjs",
+             # a toolchain at a path of the workload's: rustup's `path`, mise's `path:` versions
+             "rust-toolchain", "rust-toolchain.toml", ".tool-versions")
 # mise's environment variants (mise.ENV.toml) and editor workspaces.
 PROTECTED_GLOBS = ("*.code-workspace", ".mise.*.toml", "mise.*.toml")
 # In a git directory (`.git`, a `gitdir:` target in the project, each submodule's
@@ -68,7 +70,9 @@ def is_git_data(name: str) -> bool:
 # and pnpm when they build there, mise, Claude Code and MCP clients started there, a dev
 # container opened there).
 DEEP = frozenset({".envrc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".cargo", ".mise.toml", "mise.toml",
-                  ".mise", ".claude", ".mcp.json", ".devcontainer", ".devcontainer.json", ".gitmodules"})
+                  ".mise", ".claude", ".mcp.json", ".devcontainer", ".devcontainer.json", ".gitmodules",
+                  # a toolchain at a path of the workload's: rustup's `path`, mise's `path:`
+                  "rust-toolchain", "rust-toolchain.toml", ".tool-versions"})
 # While the workload runs, every git directory of the project (its own `.git`, a
 # `gitdir:` target, each submodule's under modules/, a nested repository's) is a
 # throwaway copy mounted over the real one: its configuration and hooks (everything but
@@ -377,6 +381,12 @@ def find_git_entries(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list
 BARE = frozenset({"HEAD", "objects", "refs"})
 
 
+def is_layout(names: set[str]) -> bool:
+    """A directory holding NAMES is a repository to git: HEAD with objects and refs, or
+    HEAD with a commondir (which names where objects, refs and config are)."""
+    return "HEAD" in names and (BARE <= names or "commondir" in names)
+
+
 def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = None) \
         -> tuple[list[str], list[str], list[str], bool]:
     """One walk of ROOT, never through a symlink and never into a git directory: every
@@ -415,7 +425,7 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
                     continue
                 if is_dir:
                     todo.append((child, in_modules or e.name == "node_modules"))
-        if bare is not None and BARE <= names:
+        if bare is not None and is_layout(names):
             bare.append(rel or ".")
     return sorted(dirs), sorted(others), sorted(deep), True
 
@@ -568,12 +578,15 @@ def index_problem(data: bytes) -> str | None:
 
 
 def _bound_problems(fd: int, rel: str, out: list[str], budget: list[int]) -> None:
-    """Entries in a bound data directory git never makes (a symlink, a FIFO, a device):
-    removed, named in OUT (relative paths)."""
+    """Entries in git's data directories git never makes there (a symlink, a FIFO, a
+    device; a repository's layout, whose HEAD goes): removed, named in OUT (relative
+    paths)."""
+    names = set()
     for e in os.scandir(fd):
         budget[0] -= 1
         if budget[0] < 0:
             return
+        names.add(e.name)
         child = f"{rel}/{e.name}"
         if e.is_dir(follow_symlinks=False):
             sub = os.open(e.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
@@ -584,6 +597,9 @@ def _bound_problems(fd: int, rel: str, out: list[str], budget: list[int]) -> Non
         elif not e.is_file(follow_symlinks=False):
             os.unlink(e.name, dir_fd=fd)
             out.append(child)
+    if is_layout(names):
+        os.unlink("HEAD", dir_fd=fd)
+        out.append(f"{rel}/HEAD")
 
 
 @dataclass
@@ -638,8 +654,9 @@ class Guard:
         """Before anything of the run touches the project."""
         try:
             self._unpin_config()  # a killed run's
+            self._drop_placeholder()  # a killed run's
         except OSError as exc:
-            raise GuardError(f".git/config: cannot remove a killed kooi run's block ({exc.strerror or exc})") from None
+            raise GuardError(f".git: cannot remove what a killed kooi run left ({exc.strerror or exc})") from None
         extra, gitdirs = config_targets(self.root)
         bare: list[str] = []
         dirs, others, deep, complete = walk_project(self.root, bare=bare)
@@ -797,7 +814,7 @@ class Guard:
         `git status`. A block appended to the real config (which the workload never
         sees) until check() removes it; a killed run's is removed by the next snapshot."""
         top = next((t for t in self.throwaways if t.git == ".git" and not t.made), None)
-        if top is None:
+        if top is None or self.protected.get(".git/config", Entry("x")).kind != "file":
             return
         names = re.findall(r'^\s*\[submodule\s+"((?:[^"\\\n]|\\.)*)"\s*\]',
                            self.protected.get(".gitmodules", Entry("x")).data.decode(errors="replace"), re.M)
@@ -812,6 +829,32 @@ class Guard:
         finally:
             os.close(fd)
         self.pinned = ".git"
+
+    def _is_placeholder(self) -> bool:
+        """The project's .git is kooi's empty repository (Guard.shadows), untouched."""
+        try:
+            fd = _open_dir(self.root, ".git")
+        except OSError:
+            return False
+        try:
+            mine = _fingerprint(fd, ".", content=True)
+        finally:
+            os.close(fd)
+        return mine is not None and [(n, c if c is None else c[:1] + c[2:]) for n, c in mine[2]] == \
+            PLACEHOLDER_CONTENT
+
+    def _drop_placeholder(self) -> None:
+        """A killed run's placeholder .git, and the empty .gitmodules the engine made as
+        that run's mount point."""
+        if not self._is_placeholder():
+            return
+        shutil.rmtree(self.root / ".git")
+        try:
+            st = os.lstat(self.root / ".gitmodules")
+            if stat.S_ISREG(st.st_mode) and st.st_size == 0:
+                os.unlink(self.root / ".gitmodules")
+        except FileNotFoundError:
+            pass
 
     def _unpin_config(self) -> None:
         """Remove kooi's run block from the project's git config (this run's, or a
@@ -943,7 +986,7 @@ class Guard:
                 os.close(fd)
             if now[0] != "file" or not _HEAD_RE.match(head):
                 return "not a branch or a commit: kept the project's"
-        if name == "index" and now[0] == "file":
+        if (name == "index" or name.startswith("sharedindex.")) and now[0] == "file":
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=copy_fd)
             try:
                 with os.fdopen(os.dup(fd), "rb") as f:
@@ -1038,8 +1081,21 @@ class Guard:
                         for n in os.listdir(gfd):
                             if not is_git_data(n):
                                 _remove_at(gfd, n)
+                        # in its data (a submodule's git directory among it): no link, no
+                        # repository's layout
                         found: list[str] = []
-                        _bound_problems(gfd, rel, found, [MAX_ENTRIES_AFTER * 20])
+                        for n in os.listdir(gfd):
+                            if stat.S_ISDIR(os.stat(n, dir_fd=gfd, follow_symlinks=False).st_mode):
+                                sub = os.open(n, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=gfd)
+                                try:
+                                    _bound_problems(sub, f"{rel}/{n}", found, [MAX_ENTRIES_AFTER * 20])
+                                finally:
+                                    os.close(sub)
+                            elif not stat.S_ISREG(os.stat(n, dir_fd=gfd, follow_symlinks=False).st_mode):
+                                os.unlink(n, dir_fd=gfd)
+                                found.append(f"{rel}/{n}")
+                        refused += [{"path": p, "change": "created (not something git makes there)",
+                                     "how": "put back"} for p in found]
                     finally:
                         os.close(gfd)
                     change = f"moved here from {was}" if was else "created"
@@ -1072,13 +1128,7 @@ class Guard:
             e = after.get(".git")
             if e is not None and e.kind == "dir" and not any(k.startswith(".git/") for k in after):
                 try:
-                    fd = _open_dir(self.root, ".git")
-                    try:
-                        mine = _fingerprint(fd, ".", content=True)
-                    finally:
-                        os.close(fd)
-                    if mine is not None and [(n, c if c is None else c[:1] + c[2:]) for n, c in mine[2]] == \
-                            PLACEHOLDER_CONTENT:
+                    if self._is_placeholder():
                         shutil.rmtree(self.root / ".git")
                         del after[".git"]
                 except OSError:
