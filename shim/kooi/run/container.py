@@ -27,7 +27,7 @@ from . import limits as run_limits
 from .brokered import BrokeredEngine
 from .context import RunContext
 from .errors import EXIT_ERROR, Result, refused, unavailable
-from .project import SUBGID, grant_search, grant_workspace, host_uid_of, subid_start
+from .project import SUBGID, grant_search, grant_workspace, host_uid_of, share_with_group, subid_start
 from .spec import WORKSPACE, bind, env_of, set_env
 
 MAVEN_SETTINGS = "/run/kooi/maven-settings.xml"
@@ -227,6 +227,9 @@ class ContainerBackend:
         grant_workspace(ctx.project, root, cfg.runner_uid, ctx.log)
         if ctx.guard and ctx.guard.shadow:
             grant_workspace(ctx.guard.shadow, root, cfg.runner_uid, ctx.log, note=False)
+            # The throwaway git directories hold the index and HEAD git writes: gVisor
+            # judges them by mode bits alone, as it does the project.
+            share_with_group(ctx.guard.shadow, g.group, cfg.runner_user, ctx.log)
         for m in body["HostConfig"]["Mounts"]:
             if m.get("Type") == "bind":
                 grant_search(Path(m["Source"]), root, cfg.runner_uid, ctx.log)

@@ -795,6 +795,10 @@ class Guard:
             else:
                 copy.write_bytes(b"")
                 self.made_files.append(".gitmodules")
+                # The mount point, made here: on userns-remap the engine's root may not
+                # create files in the project.
+                os.close(os.open(self.root / ".gitmodules", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o644))
             _chown_tree(copy.parent, (os.stat(self.root).st_uid, os.stat(self.root).st_gid))
             mounts.append((".gitmodules", copy))
             nested.append((".gitmodules", copy))
