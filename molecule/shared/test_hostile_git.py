@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
@@ -229,3 +231,78 @@ def test_the_workloads_commit_reaches_the_host(host, ctx, attacked):
     assert head.exists and head.content_string.startswith("ref: refs/heads/"), "the project's HEAD is gone"
     assert not host.file(f"{project}/.git/logs/HEAD").is_symlink
     assert not host.file(f"{project}/.git/rebase-merge").exists
+
+
+# kill -9 of `kooi run` (the OOM killer, an operator; the third hostile review): the
+# workload writes what the guard must take back, before kooi dies and (a container lives
+# on until its deadline) after. Whoever next holds the project (the next run on it, or the
+# hourly `kooi gc`) must first end the dead run's containers and finish its check: before,
+# the next run's snapshot took the workload's files as the project's own.
+KILLED = r"""
+cd /workspace
+mkdir -p sub && echo "touch $MARK-early" > sub/.envrc
+touch /workspace/.kooi-hostile-ready
+i=0; while [ ! -e /workspace/.kooi-hostile-killed ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+echo "touch $MARK-late" > .envrc && mkdir -p deep/er && echo "touch $MARK-late" > deep/er/.envrc
+git config core.pager "touch $MARK-late-pager"
+touch /workspace/.kooi-hostile-wrote
+sleep 600
+"""
+
+
+@pytest.mark.parametrize("mode,finisher", [("container", "gc"), ("jail", "run")])
+def test_a_killed_runs_check_is_finished_before_anyone_uses_the_project(host, ctx, mode, finisher):
+    name = f"hostile-killed-{mode}"
+    project = f"{ctx.engine.runner_home}/kooi-hostile/{name}"
+    env = {"MARK": MARK, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+    docs = {name: {"mode": mode, "timeout": 600, "environment": env, "command": ["sh", "-c", KILLED]},
+            f"{name}-next": {"mode": mode, "timeout": 60, "command": ["true"]}}
+    for n, doc in docs.items():
+        if mode == "container":
+            doc["image"] = "runner"
+        text = yaml.safe_dump(doc, sort_keys=False)
+        host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/{n}.yml "
+                 f"&& chmod 0644 {WFDIR}/{n}.yml")
+    host.run(f"rm -f {MARK}-*; rm -rf {project}")
+    assert as_runner(host, ctx, f"mkdir -p {project} && cd {project} && git init -q . && echo x > x && git add x "
+                                "&& git -c user.email=t@t -c user.name=t commit -q -m init").succeeded
+    out = f"/var/lib/kooi/runs/{name}.out"
+    killed = host.run(f"""
+KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {shlex.quote(project)} > {out} 2>&1 &
+pid=$!
+i=0; while [ ! -e {project}/.kooi-hostile-ready ] && kill -0 $pid 2>/dev/null && [ $i -lt 1200 ]; do
+  sleep 0.1; i=$((i+1)); done
+kill -9 $pid; wait $pid 2>/dev/null
+runuser -u {ctx.runner} -- touch {project}/.kooi-hostile-killed
+i=0; while [ ! -e {project}/.kooi-hostile-wrote ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+echo "wrote: $(ls {project}/.kooi-hostile-wrote 2>/dev/null)"
+""")
+    output = host.file(out).content_string
+    dead = output.partition("run ")[2].partition(":")[0]
+    assert dead.startswith(name), output
+    if mode == "container":
+        assert "wrote: " + project in killed.stdout, "the container did not outlive its kooi run: " + killed.stdout
+    if finisher == "gc":
+        fin = host.run("kooi gc")  # root's; the cron's runs as the runner
+    else:
+        fin = host.run(f"KOOI_WORKFLOW_DIR={WFDIR} kooi run {name}-next --project {shlex.quote(project)} "
+                       f"--json /var/lib/kooi/runs/{name}-next.json")
+    assert fin.rc == 0, fin.stdout + fin.stderr
+    what = fin.stdout + fin.stderr
+    assert dead in what, f"the {finisher} does not say it finished run {dead}'s check:\n{what}"
+    left = host.run(f"runuser -u {ctx.runner} -- env DOCKER_HOST=unix://{ctx.engine.socket} "
+                    f"XDG_RUNTIME_DIR=/run/user/{ctx.engine.runner_uid} "
+                    f"docker ps -aq --filter label=org.kooi.run={dead}").stdout.strip()
+    assert left == "", f"containers of the dead run {dead} are left: {left}"
+    for p in (".envrc", "sub/.envrc", "deep/er/.envrc"):
+        assert not host.file(f"{project}/{p}").exists, f"{p}, left by the killed run {dead}, is still there:\n{what}"
+    assert "pager" not in host.file(f"{project}/.git/config").content_string
+    # The dead run's result: what its workload did, as a run's own check would have listed it.
+    res = json.loads(host.file(f"/var/lib/kooi/runs/results/{dead}.json").content_string)
+    jsonschema.validate(res, json.loads((Path(__file__).parents[2] / "docs/run-result.schema.json").read_text()))
+    assert res["reason"] == "interrupted", res
+    paths = {r["path"] for r in res["project_guard"]["refused"]}
+    assert "sub/.envrc" in paths, res["project_guard"]
+    if mode == "container":
+        assert {".envrc", "deep/er/.envrc"} <= paths or {".envrc", "deep"} <= paths, res["project_guard"]
+    assert host.run(f"ls {MARK}-* 2>/dev/null").stdout.strip() == ""

@@ -72,15 +72,18 @@ def _gc(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - engine unreachable and the like
         print(f"kooi gc: {exc.__class__.__name__}: {exc}", file=sys.stderr)
         return EXIT_FAIL
+    from .run.deadrun import DEAD
     from .run.leftovers import WARNING
 
     verb = "would remove" if args.dry_run else "removed"
     for r in removed:
         if r.startswith(WARNING):
             print(f"kooi gc: {r}", file=sys.stderr)
+        elif r.startswith(DEAD):
+            print(f"kooi gc: {r}")  # a dead run's check (run.deadrun)
         else:
             print(f"{verb} {r}")
-    print(f"kooi gc: {verb} {sum(1 for r in removed if not r.startswith(WARNING))} item(s)")
+    print(f"kooi gc: {verb} {sum(1 for r in removed if not r.startswith((WARNING, *DEAD)))} item(s)")
     return EXIT_OK
 
 

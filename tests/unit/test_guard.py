@@ -4,6 +4,7 @@ listed and kept, and ordinary work in the repository is not touched."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -215,7 +216,14 @@ def simulate(repo: Path, mounts: list[tuple[str, Path]], tmp: Path) -> Path:
     return m[".git"]
 
 
-def test_the_workloads_commit_reaches_the_project_and_its_config_does_not(repo, tmp_path_factory):
+def dead(g: Guard, reload: bool) -> Guard:
+    """G, or (RELOAD) the guard a finisher rebuilds from the record a run keeps while its
+    workload runs (run.deadrun: its kooi run died)."""
+    return Guard.load(json.loads(json.dumps(g.dump()))) if reload else g
+
+
+@pytest.mark.parametrize("reload", [False, True], ids=["own-check", "dead-run-finished"])
+def test_the_workloads_commit_reaches_the_project_and_its_config_does_not(repo, tmp_path_factory, reload):
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "one")
     config = (repo / ".git/config").read_bytes()
@@ -228,6 +236,7 @@ def test_the_workloads_commit_reaches_the_project_and_its_config_does_not(repo, 
     git(repo, "config", "core.fsmonitor", "touch /tmp/pwned", git_dir=view)
     (view / "commondir").write_text("../evil\n")
     (view / "hooks" / "post-checkout").write_text("#!/bin/sh\n")
+    g = dead(g, reload)
     rec = g.check()
     refused = {(r["path"], r["change"], r["how"]) for r in rec["refused"]}
     assert refused == {(".git/config", "modified", "shadowed"), (".git/commondir", "created", "shadowed"),
@@ -239,13 +248,14 @@ def test_the_workloads_commit_reaches_the_project_and_its_config_does_not(repo, 
     assert not base.exists() and g.shadow is None
 
 
-def test_a_data_file_the_host_changed_meanwhile_is_kept(repo, tmp_path_factory):
+@pytest.mark.parametrize("reload", [False, True], ids=["own-check", "dead-run-finished"])
+def test_a_data_file_the_host_changed_meanwhile_is_kept(repo, tmp_path_factory, reload):
     g = guarded(repo)
     base = tmp_path_factory.mktemp("runs") / "s"
     view = simulate(repo, g.shadows(base), base)
     (view / "HEAD").write_text("ref: refs/heads/workload\n")
     (repo / ".git/HEAD").write_text("ref: refs/heads/host\n")
-    rec = g.check()
+    rec = dead(g, reload).check()
     assert (repo / ".git/HEAD").read_text() == "ref: refs/heads/host\n"
     assert ".git/HEAD changed on the host while the run ran" in rec["warning"], rec
 

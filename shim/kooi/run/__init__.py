@@ -13,6 +13,8 @@
     filters.py   kooi's seccomp filter as each backend installs it
     errors.py    exit codes, RunError, Result, Log
     leftovers.py `kooi run gc`: what ended runs left behind
+    deadrun.py   a run whose kooi run died: its record, and its check finished by the next
+                 holder of its project (a run, `kooi gc`)
 
 Exit codes: the workload's own, or one of the EXIT_* codes; the JSON result's `reason`
 tells which.

@@ -11,8 +11,10 @@ its options) and jail.JailBackend (bubblewrap on the host).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Protocol
 
+from . import deadrun
 from .context import RunContext
 from .errors import EXIT_TIMEOUT, MAX_OUTPUT, Interrupted, Result, RunError, refused
 from .guard import Guard, GuardError
@@ -70,12 +72,17 @@ def run(backend: Backend, ctx: RunContext) -> int:
     except (GuardError, OSError) as exc:
         raise refused(f"project: {exc}") from None
     ctx.guard = guard
+    kept: Path | None = None
     try:
         backend.prepare(ctx)
         guard.snapshot_watched()
+        # Before the workload starts: should kooi run die, whoever next holds the
+        # project finishes this run's check from it (run.deadrun).
+        kept = deadrun.keep(ctx.run_dir, guard, ctx.res)
         rc = supervise(backend, ctx)
     finally:
         _finish(backend, ctx, guard)
+        deadrun.drop(kept)
     record = ctx.res.project_guard or {}
     if not record.get("restored", True):
         raise refused("the workload left protected project paths kooi could not put back ("

@@ -23,7 +23,7 @@ from ..hoststate import HostStateError, paths
 from ..hoststate import engine as engine_state
 from ..hoststate import limits as limits_state
 from ..hoststate.engine import EngineConfig
-from . import backend
+from . import backend, deadrun
 from .context import RunContext, load_host_state
 from .errors import EXIT_ERROR, EXIT_INVALID, Interrupted, Log, Result, RunError, now, refused, unavailable
 from .identity import check_identity, check_runner_can_import, drop_to_runner
@@ -143,11 +143,14 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         drop_to_runner(cfg)
         project = check_project(project, cfg)
         res.project = str(project)
-        for sub in ("logs", "results", "locks", "shadows"):
+        for sub in ("logs", "results", "locks", "shadows", deadrun.SUBDIR):
             (run_dir / sub).mkdir(parents=True, exist_ok=True)
         log.close()
         log = Log(run_dir / "logs" / f"{run_id}.log", echo)
         res.log = str(log.path)
+        # What a run whose kooi run died left in this project is checked first, never
+        # taken into this run's snapshot.
+        deadrun.finish_around(run_dir, project, cfg, log, res, wait)
         lock = RunLock(run_dir, wf.name, project)
         lock.acquire(wait)
         if res.isolation == "gvisor":

@@ -25,6 +25,7 @@ A workflow can drop protected paths from the list (unprotected_paths).
 
 from __future__ import annotations
 
+import base64
 import errno
 import fnmatch
 import hashlib
@@ -1196,6 +1197,70 @@ class Guard:
         if warning:
             record["warning"] = warning
         return record
+
+
+    def dump(self) -> dict[str, Any]:
+        """Everything check() needs, as JSON (run.deadrun): kept while the workload runs,
+        so that whoever next holds the project finishes the check of a run whose kooi
+        run died (kill -9, the OOM killer) before anyone takes its state for the project's."""
+        return {"root": str(self.root), "unprotected": list(self.unprotected),
+                "protected": {k: _entry_out(e) for k, e in self.protected.items()},
+                "watched": None if self.watched is None else {k: _entry_out(e) for k, e in self.watched.items()},
+                "extra": list(self.extra), "git_dirs": list(self.git_dirs), "nested": list(self.nested),
+                "deep": list(self.deep), "bare": list(self.bare),
+                "nested_ino": [[d, i, r] for (d, i), r in self.nested_ino.items()],
+                "shadow": None if self.shadow is None else str(self.shadow),
+                "throwaways": [{"git": t.git, "copy": str(t.copy), "bound": list(t.bound),
+                                "copied": {n: [_fp_out(a), _fp_out(b)] for n, (a, b) in t.copied.items()},
+                                "made": t.made, "owner": None if t.owner is None else list(t.owner),
+                                "refused": t.refused} for t in self.throwaways],
+                "file_copies": [[r, str(p)] for r, p in self.file_copies],
+                "nested_shadows": [[r, str(p)] for r, p in self.nested_shadows],
+                "made_files": list(self.made_files), "pinned": self.pinned}
+
+    @classmethod
+    def load(cls, doc: dict[str, Any]) -> Guard:
+        """The guard dump() wrote; GuardError when DOC is not one."""
+        try:
+            g = cls(Path(doc["root"]), tuple(map(str, doc["unprotected"])))
+            g.protected = {str(k): _entry_in(v) for k, v in doc["protected"].items()}
+            g.watched = None if doc["watched"] is None else {str(k): _entry_in(v) for k, v in doc["watched"].items()}
+            g.extra = [str(x) for x in doc["extra"]]
+            g.git_dirs = tuple(map(str, doc["git_dirs"]))
+            g.nested, g.deep, g.bare = (tuple(map(str, doc[k])) for k in ("nested", "deep", "bare"))
+            g.nested_ino = {(int(d), int(i)): str(r) for d, i, r in doc["nested_ino"]}
+            g.shadow = None if doc["shadow"] is None else Path(doc["shadow"])
+            g.throwaways = [Throwaway(str(t["git"]), Path(t["copy"]), tuple(map(str, t["bound"])),
+                                      {str(n): (_fp_in(a), _fp_in(b)) for n, (a, b) in t["copied"].items()},
+                                      bool(t["made"]), None if t["owner"] is None else (int(t["owner"][0]),
+                                                                                      int(t["owner"][1])),
+                                      [dict(r) for r in t["refused"]]) for t in doc["throwaways"]]
+            g.file_copies = [(str(r), Path(p)) for r, p in doc["file_copies"]]
+            g.nested_shadows = [(str(r), Path(p)) for r, p in doc["nested_shadows"]]
+            g.made_files = [str(x) for x in doc["made_files"]]
+            g.pinned = None if doc["pinned"] is None else str(doc["pinned"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise GuardError(f"not a guard's record ({exc.__class__.__name__}: {exc})") from None
+        return g
+
+
+def _entry_out(e: Entry) -> list[Any]:
+    return [e.kind, e.mode, base64.b64encode(e.data).decode(), e.nlink]
+
+
+def _entry_in(v: list[Any]) -> Entry:
+    kind, mode, data, nlink = v
+    return Entry(str(kind), int(mode), base64.b64decode(data, validate=True), int(nlink))
+
+
+def _fp_out(fp: Any) -> Any:
+    """A Fingerprint (nested tuples of str and int) as JSON lists."""
+    return [_fp_out(x) for x in fp] if isinstance(fp, tuple) else fp
+
+
+def _fp_in(v: Any) -> Any:
+    """The Fingerprint _fp_out wrote: every list a tuple again (fingerprints hold no lists)."""
+    return tuple(_fp_in(x) for x in v) if isinstance(v, list) else v
 
 
 def _chown_tree(path: Path, owner: tuple[int, int] | None) -> None:

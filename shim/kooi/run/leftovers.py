@@ -6,10 +6,12 @@ import os
 import shutil
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import labels
 from ..hoststate import engine as engine_state
+from . import deadrun
 from .project import lock_held
 
 
@@ -22,7 +24,9 @@ def gc(run_dir: Path, engine_config: Path | None = None, dry_run: bool = False,
     from .. import engine
 
     cfg = engine_state.load(engine_config or engine_state.PATH)
-    removed: list[str] = []
+    # First the runs whose kooi run died: their containers go, then their checks run
+    # (run.deadrun), before anyone takes what their workloads left for the project's.
+    removed: list[str] = _as_runner(cfg, lambda: deadrun.finish_all(run_dir, cfg, dry_run))
     client = engine.client(cfg, timeout=30, version=None)
     locks = run_dir / "locks"
     live_runs = {f.name for f in (locks.glob("*.lock") if locks.is_dir() else []) if lock_held(f)}
@@ -125,3 +129,39 @@ def _sweep(run_dir: Path, sub: str, cutoff: float, dry_run: bool, tree: bool) ->
     finally:
         os.close(top)
     return out
+
+
+def _as_runner(cfg: engine_state.EngineConfig, fn: Callable[[], list[str]]) -> list[str]:
+    """FN's lines, computed as the runner: root forks a child that drops to the runner
+    (no new interpreter, so nothing of the runner's ~/.local runs) and reads them back.
+    The guard works on the runner's project and records the way a run does, never as root."""
+    import json
+
+    from .identity import drop_to_runner
+
+    if os.geteuid() != 0:
+        return fn()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            os.close(r)
+            drop_to_runner(cfg)
+            out = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported through the pipe
+            out, code = [f"{WARNING}dead runs: {exc.__class__.__name__}: {exc}"], 1
+        try:
+            with os.fdopen(w, "w") as f:
+                json.dump(out, f)
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    try:
+        lines = json.loads(data)
+        return [str(x) for x in lines] if isinstance(lines, list) else []
+    except ValueError:
+        return [f"{WARNING}dead runs: the runner's check said nothing readable"]
