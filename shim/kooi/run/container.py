@@ -13,6 +13,7 @@ import json
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -349,6 +350,13 @@ class ContainerBackend:
     def start(self) -> None:
         assert self.ctx is not None and self.client is not None and self.container is not None
         client, cid, log = self.client, self.container, self.ctx.log
+        # Attached before it starts: every byte, with backpressure (engineapi.attach).
+        try:
+            stream: Iterator[bytes] = client.attach(cid)
+        except (engineapi.APIError, OSError) as exc:
+            self.ctx.res.warn(log, f"output: the engine refused to attach ({exc}); following its log file instead, "
+                                   "which loses what its rotation removes before kooi reads it")
+            stream = client.logs(cid)
         client.start(cid)
         try:
             self.pid = int((client.inspect(cid).get("State") or {}).get("Pid") or 0) or None
@@ -359,7 +367,7 @@ class ContainerBackend:
 
         def follow() -> None:
             try:
-                for chunk in client.logs(cid):
+                for chunk in stream:
                     text = chunk.decode("utf-8", "replace")
                     self.tail = (self.tail + text)[-512:]
                     log.output(text)
