@@ -89,6 +89,32 @@ for i in range(8):
     say(f"network-{i}", *call("POST", "/networks/create", {"Name": f"hostile-n{i}", "CheckDuplicate": True,
         "Driver": "bridge", "Internal": False, "Attachable": False, "EnableIPv6": False, "Options": {},
         "IPAM": {"Driver": "default", "Config": [], "Options": {}}, "Labels": {"x": "y"}}))
+# 13. a network named at create and resolved by the engine again at start: the run's
+# network removed, another one of that name made meanwhile (another run's, the host's)
+cid = create("net-pinned", {"NetworkMode": "hostile-dup"})
+if cid:
+    say("net-pinned-gone", *call("DELETE", "/networks/hostile-dup"))
+    open("/workspace/.hostile-net-gone", "w").close()
+    for _ in range(300):
+        if os.path.exists("/workspace/.hostile-net-made"):
+            break
+        time.sleep(0.1)
+    st, doc = call("POST", f"/containers/{cid}/start")
+    got = call("GET", f"/containers/{cid}/json")[1]
+    nets = ((got or {}).get("NetworkSettings") or {}).get("Networks") or {} if isinstance(got, dict) else {}
+    print(f"HOSTILE net-pinned-start {st} " + json.dumps({k: (v or {}).get("NetworkID") for k, v in nets.items()}),
+          flush=True)
+    call("DELETE", f"/containers/{cid}?force=1")
+# ... and a NetworkID of the workload's in the endpoint (the engine joins what it names)
+cid = create("net-endpoint-id", {"NetworkMode": "hostile-n0"},
+             NetworkingConfig={"EndpointsConfig": {"hostile-n0": {"NetworkID": "bridge"}}})
+if cid:
+    st, doc = call("POST", f"/containers/{cid}/start")
+    got = call("GET", f"/containers/{cid}/json")[1]
+    nets = ((got or {}).get("NetworkSettings") or {}).get("Networks") or {} if isinstance(got, dict) else {}
+    print(f"HOSTILE net-endpoint-id-start {st} " + json.dumps({k: (v or {}).get("NetworkID") for k, v in nets.items()}),
+          flush=True)
+    call("DELETE", f"/containers/{cid}?force=1")
 # 6. tmpfs and log options past the run's limits
 create("tmpfs-huge", {"Tmpfs": {"/t": "size=64g"}})
 create("tmpfs-zero", {"Tmpfs": {"/t": "size=0"}})
@@ -212,6 +238,11 @@ pid=$!
     > /var/lib/kooi/runs/hostile-third.out 2>&1; echo "third rc=$?" >> {seen} ) &
 while kill -0 $pid 2>/dev/null; do
   [ -e {project}/.git/hooks/post-checkout ] && echo "real hook written" >> {seen}
+  if [ -e {project}/.hostile-net-gone ] && [ ! -e {project}/.hostile-net-made ]; then
+    runuser -u {ctx.runner} -- env DOCKER_HOST=unix://{ctx.engine.socket} \
+      XDG_RUNTIME_DIR=/run/user/{ctx.engine.runner_uid} docker network create hostile-dup >/dev/null
+    runuser -u {ctx.runner} -- touch {project}/.hostile-net-made
+  fi
   sleep 0.2
 done
 wait $pid; rc=$?; wait; echo "rc=$rc"
@@ -232,7 +263,10 @@ wait $pid; rc=$?; wait; echo "rc=$rc"
     # What the run left on the engine, then removed (a smuggled create would be unlabelled).
     lines.leftover = engine(host, ctx, "ps -a --format '{{.Names}}'").stdout
     lines.new_volumes = sorted(set(engine(host, ctx, "volume ls -q").stdout.split()) - volumes_before)
+    lines.victim_net = engine(host, ctx, "network inspect -f '{{.Id}}' hostile-dup").stdout.strip()
+    lines.bridge_net = engine(host, ctx, "network inspect -f '{{.Id}}' bridge").stdout.strip()
     engine(host, ctx, "rm -f kooi-hostile-other kooi-hostile-smuggle-detached kooi-hostile-smuggle-error prune")
+    engine(host, ctx, "network rm hostile-dup")
     for v in lines.new_volumes:
         engine(host, ctx, f"volume rm -f {v}")
     assert "HOSTILE done" in output, f"the attack did not run to its end (rc {rc}):\n{output[-4000:]}"
@@ -249,6 +283,8 @@ class Lines(list):
     third = ""       # `third rc=N` of a run on a directory inside the project, started meanwhile
     third_out = ""
     new_volumes: list[str] = []  # volumes on the engine after the run that were not there before
+    victim_net = ""  # the id of the network the host made under the name of one the run removed
+    bridge_net = ""  # the id of the engine's default bridge
 
     def __getitem__(self, name):  # type: ignore[override]
         if not isinstance(name, str):
@@ -376,6 +412,23 @@ def test_a_network_name_that_exists_is_refused_and_ids_are_not_probed(host, ctx,
     refused(lines, "network-dup-kooi", "kooi's own run networks")
     for name in ("probe-missing", "probe-other"):
         refused(lines, name, "does not exist or is not this run's")
+
+
+def test_a_network_named_at_create_is_the_one_the_container_joins(host, ctx, attacked):
+    """Issue 28, finding 1's class: the engine resolves a network's name again when the
+    container starts; a name the policy found to be the run's could by then be another's
+    network. The broker hands the engine the network's id, never its name."""
+    rc, lines, result, _, _ = attacked
+    assert lines.victim_net, "the host made no network in place of the run's"
+    assert " 201 " in lines["net-pinned"] and " 204 " in lines["net-pinned-gone"], lines
+    start = lines["net-pinned-start"]
+    assert lines.victim_net not in start and " 204 " not in start, start
+    # The engine joins the network an endpoint's NetworkID names (any network, by id or
+    # name: measured, "bridge" joined the default bridge); the broker writes it itself.
+    endpoint = lines["net-endpoint-id"]
+    assert " 201 " in endpoint, endpoint
+    started = lines["net-endpoint-id-start"]
+    assert lines.bridge_net and lines.bridge_net not in started and '"hostile-n0": "' in started, started
 
 
 def test_one_run_per_project_whatever_its_workflow(host, ctx, attacked):

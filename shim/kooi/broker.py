@@ -86,6 +86,29 @@ def with_query(uri: str, key: str, value: str) -> str:
     return path + "?" + urllib.parse.urlencode([*params, (key, value)])
 
 
+def pin_endpoint(ep: dict[str, Any], ident: str | None) -> None:
+    """An endpoint's config with NetworkID IDENT (None: without one), whatever the
+    workload wrote there: the engine connects to the network the NetworkID names (an
+    id or a name, any network's: measured, a NetworkID of another network's joined it,
+    "bridge" the default bridge), before and instead of the one the key names."""
+    for k in [k for k in ep if gojson.fold(k) == gojson.fold("NetworkID")]:
+        del ep[k]
+    if ident is not None:
+        ep["NetworkID"] = ident
+
+
+def pinned_uri(uri: str, ref: str, ident: str) -> str | None:
+    """URI with the object it names (REF, the path segment after the kind's) as IDENT,
+    the id the broker decided on; None where the path does not hold REF so."""
+    path, sep, query = uri.partition("?")
+    parts = path.split("/")
+    for i in range(1, len(parts)):
+        if parts[i - 1] in ("containers", "networks", "volumes", "exec") and urllib.parse.unquote(parts[i]) == ref:
+            parts[i] = urllib.parse.quote(ident, safe="")
+            return "/".join(parts) + sep + query
+    return None
+
+
 @dataclass
 class RunScope:
     """What the broker knows about its run."""
@@ -144,20 +167,27 @@ class Rules:
     def owns(self, kind: str, ref: str) -> Decision | None:
         """None if the run owns it; a refusal otherwise (also when it does not exist:
         the run must not learn what others have)."""
+        return self.pin(kind, ref)[0]
+
+    def pin(self, kind: str, ref: str) -> tuple[Decision | None, str]:
+        """(None, its id) if the run owns what REF names; (a refusal, REF) otherwise. The
+        engine resolves a name (or an id's prefix) again when it acts on it, and a name
+        can by then be another's (a network the run removed, made again under its name
+        by another run or the host): what the broker forwards names the id it decided on."""
         key = f"{kind}:{ref}"
         with self.lock:
             if key in self.owned_ids:
-                return None
+                return None, ref
         ident, found = self._labels_of(kind, urllib.parse.quote(ref, safe=""))
         if ident is None or found.get(labels.RUN) != self.scope.run_id:
             # One answer for both: a run must not learn what others have (probing ids).
-            return deny(f"{kind} {ref!r} does not exist or is not this run's")
+            return deny(f"{kind} {ref!r} does not exist or is not this run's"), ref
         if ident in self.scope.protected:
-            return deny(f"{kind} {ref!r} is the workload's own container, out of the broker's reach")
+            return deny(f"{kind} {ref!r} is the workload's own container, out of the broker's reach"), ref
         with self.lock:
             # Only ids are remembered: a name can later belong to someone else's object.
             self.owned_ids.add(f"{kind}:{ident}")
-        return None
+        return None, ident
 
     def owns_exec(self, exec_id: str) -> Decision | None:
         status, doc = self.up.call("GET", f"/exec/{urllib.parse.quote(exec_id, safe='')}/json")
@@ -167,26 +197,51 @@ class Rules:
 
     def owned(self, rule: Owned, params: dict[str, str], uri: str, doc: dict[str, Any] | None) -> Decision | None:
         """None if what the request names (RULE, on the path's PARAMS, the query of URI or
-        the body DOC) is the run's; a refusal otherwise."""
+        the body DOC) is the run's; a refusal otherwise. PARAMS["id"] and DOC's container
+        field become the ids decided on (pin)."""
         if rule.query is not None:
             query = dict(urllib.parse.parse_qsl(uri.partition("?")[2]))
             return self.owns(rule.kind, query.get(rule.query, ""))
         ref = params["id"]
-        if (d := self.owns_exec(ref) if rule.kind == "exec" else self.owns(rule.kind, ref)) is not None:
+        if rule.kind == "exec":
+            d, ident = self.owns_exec(ref), ref
+        else:
+            d, ident = self.pin(rule.kind, ref)
+        if d is not None:
             return d
+        params["id"] = ident
         if rule.container_field is not None and doc is not None:
             c = gojson.field(doc, rule.container_field)
-            if not isinstance(c, str) or self.owns("container", c) is not None:
+            d, cid = self.pin("container", c) if isinstance(c, str) else (deny(""), "")
+            if d is not None:
                 # (also said of a container that is not the run's, as it always was)
                 return deny("network connect: Container must be a string")
+            gojson.set_field(doc, rule.container_field, cid)
+            ep = gojson.field(doc, "EndpointConfig")
+            if isinstance(ep, dict):
+                pin_endpoint(ep, ident)
+            elif uri.partition("?")[0].endswith("/connect"):
+                gojson.set_field(doc, "EndpointConfig", {"NetworkID": ident})
         return None
 
     def network_ok(self, name: str) -> Decision | None:
+        return self.pin_network(name)[0]
+
+    def user_network(self, name: str) -> bool:
+        """NAME is a network of the workload's (not none, a builtin, kooi's run network
+        or another container's namespace)."""
+        return not (name == "none" or name == self.scope.network or name in BUILTIN_NETWORKS
+                    or name.startswith("container:"))
+
+    def pin_network(self, name: str) -> tuple[Decision | None, str]:
+        """A create's network (NetworkMode, an EndpointsConfig key): (None, what to hand
+        the engine: an id where the name is the workload's) or (a refusal, NAME)."""
         if name == "none" or name == self.scope.network or (name in BUILTIN_NETWORKS and not self.scope.network):
-            return None
+            return None, name
         if name.startswith("container:"):
-            return self.owns("container", name.split(":", 1)[1])
-        return self.owns("network", name)
+            d, ident = self.pin("container", name.split(":", 1)[1])
+            return d, f"container:{ident}"
+        return self.pin("network", name)
 
     # rewrites -------------------------------------------------------------------------
     def host_path(self, src: str) -> str:
@@ -286,17 +341,46 @@ class Rules:
             return None
         if (mode or "") in BUILTIN_NETWORKS and self.scope.network:
             gojson.set_field(hc, "NetworkMode", self.scope.network)
-        elif mode and mode.lower() != "host":
-            if (d := self.network_ok(mode)) is not None:
+        # The engine keeps a network by its name at create and looks it up at start by
+        # the endpoint's NetworkID where there is one, else by that name again: every
+        # network of the workload's gets the id the broker decided on, and no NetworkID
+        # of the workload's (any network, by id or by name) reaches the engine.
+        pins: dict[str, str] = {}
+        if mode and mode.lower() != "host" and not ((mode or "") in BUILTIN_NETWORKS and self.scope.network):
+            d, pinned = self.pin_network(mode)
+            if d is not None:
                 return d
+            if mode.startswith("container:"):
+                gojson.set_field(hc, "NetworkMode", pinned)  # resolved again at start too
+            elif self.user_network(mode):
+                pins[mode] = pinned
         nc = gojson.field(doc, "NetworkingConfig")
         eps = gojson.field(nc, "EndpointsConfig") if isinstance(nc, dict) else None
         if isinstance(eps, dict):
             for net in list(eps):
                 if net in BUILTIN_NETWORKS and self.scope.network:
                     eps[self.scope.network] = eps.pop(net)
-                elif (d := self.network_ok(net)) is not None:
+                    continue
+                d, pinned = self.pin_network(net)
+                if d is not None:
                     return d
+                if self.user_network(net):
+                    pins[net] = pinned
+            for ep in eps.values():
+                if isinstance(ep, dict):
+                    pin_endpoint(ep, None)
+        if pins:
+            if not isinstance(nc, dict):
+                nc = {}
+                gojson.set_field(doc, "NetworkingConfig", nc)
+            if not isinstance(eps, dict):
+                eps = {}
+                gojson.set_field(nc, "EndpointsConfig", eps)
+            for net, ident in pins.items():
+                ep = eps.get(net)
+                if not isinstance(ep, dict):
+                    ep = eps[net] = {}
+                pin_endpoint(ep, ident)
         shadowed: list[tuple[str, bool]] = []  # (target, read-only) of every bind of the workspace
         binds = gojson.field(hc, "Binds")
         if isinstance(binds, list):
@@ -511,8 +595,16 @@ class Broker:
             return d, req
         req.body = body
         if hit and isinstance(run, Owned):
+            asked = dict(hit.params)
             if (o := self.rules.owned(run, hit.params, req.uri, doc)) is not None:
                 return o, req
+            if hit.params.get("id") != asked.get("id"):
+                pinned = pinned_uri(req.uri, asked["id"], hit.params["id"])
+                if pinned is None:
+                    return deny(f"{req.uri[:200]!r}: the broker cannot hand the engine the id it decided on"), req
+                req.uri = pinned
+            if run.container_field is not None and doc is not None:
+                req.body = json.dumps(doc).encode()
         if req.method == "DELETE" and CONTAINER.fullmatch(path):
             # With its anonymous volumes (`Volumes`, a volume mount without a name): the
             # engine labels none of them, so nothing would find them after the run.

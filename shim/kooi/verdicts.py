@@ -143,7 +143,9 @@ _ENDPOINT = {
     "IPv6Gateway": (IGNORED, "set by the engine"),
     "Links": (REFUSED, "legacy links name other containers"),
     "MacAddress": (ALLOWED, "on the run's own network"),
-    "NetworkID": (IGNORED, "set by the engine"),
+    "NetworkID": (FORCED, "the broker sets the id of the network it decided on: the engine joins the network "
+                          "a NetworkID names (any network's, by id or name) and otherwise looks the key's name up "
+                          "again at start"),
 }
 _NETWORK = "the engine chooses the bridge, its options and the subnet (shared by all runs)"
 
