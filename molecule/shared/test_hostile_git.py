@@ -250,7 +250,11 @@ sleep 600
 """
 
 
-@pytest.mark.parametrize("mode,finisher", [("container", "gc"), ("jail", "run")])
+# "queued": the next run was started with --wait while the killed run was still
+# preparing (it held the project's lock, its record not yet written); it must finish the
+# dead run's check once it holds the lock (the fourth hostile review: it read the records
+# before waiting, took the dead run's files into its snapshot and overwrote its record).
+@pytest.mark.parametrize("mode,finisher", [("container", "gc"), ("jail", "run"), ("container", "queued")])
 def test_a_killed_runs_check_is_finished_before_anyone_uses_the_project(host, ctx, mode, finisher):
     name = f"hostile-killed-{mode}"
     project = f"{ctx.engine.runner_home}/kooi-hostile/{name}"
@@ -267,28 +271,46 @@ def test_a_killed_runs_check_is_finished_before_anyone_uses_the_project(host, ct
     assert as_runner(host, ctx, f"mkdir -p {project} && cd {project} && git init -q . && echo x > x && git add x "
                                 "&& git -c user.email=t@t -c user.name=t commit -q -m init").succeeded
     out = f"/var/lib/kooi/runs/{name}.out"
+    nxt = f"KOOI_WORKFLOW_DIR={WFDIR} kooi run {name}-next --project {shlex.quote(project)} " \
+          f"--json /var/lib/kooi/runs/{name}-next.json"
+    # queued: stop the run once it holds the lock (its first line), before it writes its
+    # record (after it has made its container); the next run starts and waits for the lock.
+    queue = "" if finisher != "queued" else f"""
+i=0; while ! grep -q ': workflow {name} ' {out} && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
+kill -STOP $pid
+id=$(sed -n 's/^.*run \\([^ :]*\\): workflow.*/\\1/p' {out} | head -1)
+echo "records before: $(grep -l "\\"$id\\"" /var/lib/kooi/runs/guards/*.json 2>/dev/null | wc -l) ($id)"
+{nxt} --wait 300 > {out}.next 2>&1 &
+nextpid=$!
+sleep 4
+kill -CONT $pid"""
     killed = host.run(f"""
 KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {shlex.quote(project)} > {out} 2>&1 &
-pid=$!
+pid=$!{queue}
 i=0; while [ ! -e {project}/.kooi-hostile-ready ] && kill -0 $pid 2>/dev/null && [ $i -lt 1200 ]; do
   sleep 0.1; i=$((i+1)); done
 kill -9 $pid; wait $pid 2>/dev/null
 runuser -u {ctx.runner} -- touch {project}/.kooi-hostile-killed
 i=0; while [ ! -e {project}/.kooi-hostile-wrote ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 echo "wrote: $(ls {project}/.kooi-hostile-wrote 2>/dev/null)"
+[ -z "${{nextpid:-}}" ] || {{ wait $nextpid; echo "next rc=$?"; }}
 """)
     output = host.file(out).content_string
     dead = output.partition("run ")[2].partition(":")[0]
     assert dead.startswith(name), output
-    if mode == "container":
+    if mode == "container" and finisher != "queued":  # the queued run may remove it first
         assert "wrote: " + project in killed.stdout, "the container did not outlive its kooi run: " + killed.stdout
     if finisher == "gc":
         fin = host.run("kooi gc")  # root's; the cron's runs as the runner
+    elif finisher == "run":
+        fin = host.run(nxt)
+    if finisher == "queued":
+        assert "records before: 0" in killed.stdout, "the run was stopped too late to test the window: " + killed.stdout
+        assert "next rc=0" in killed.stdout, killed.stdout + host.file(f"{out}.next").content_string
+        what = host.file(f"{out}.next").content_string
     else:
-        fin = host.run(f"KOOI_WORKFLOW_DIR={WFDIR} kooi run {name}-next --project {shlex.quote(project)} "
-                       f"--json /var/lib/kooi/runs/{name}-next.json")
-    assert fin.rc == 0, fin.stdout + fin.stderr
-    what = fin.stdout + fin.stderr
+        assert fin.rc == 0, fin.stdout + fin.stderr
+        what = fin.stdout + fin.stderr
     assert dead in what, f"the {finisher} does not say it finished run {dead}'s check:\n{what}"
     left = host.run(f"runuser -u {ctx.runner} -- env DOCKER_HOST=unix://{ctx.engine.socket} "
                     f"XDG_RUNTIME_DIR=/run/user/{ctx.engine.runner_uid} "
@@ -303,6 +325,6 @@ echo "wrote: $(ls {project}/.kooi-hostile-wrote 2>/dev/null)"
     assert res["reason"] == "interrupted", res
     paths = {r["path"] for r in res["project_guard"]["refused"]}
     assert "sub/.envrc" in paths, res["project_guard"]
-    if mode == "container":
+    if mode == "container" and finisher != "queued":
         assert {".envrc", "deep/er/.envrc"} <= paths or {".envrc", "deep"} <= paths, res["project_guard"]
     assert host.run(f"ls {MARK}-* 2>/dev/null").stdout.strip() == ""

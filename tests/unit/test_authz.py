@@ -24,10 +24,15 @@ def plugin(tmp_path):
     t = threading.Thread(target=authz.serve, args=(sock, Policy(workspace=str(tmp_path))),
                          kwargs={"token": TOKEN, "log": lambda _m: None}, daemon=True)
     t.start()
-    for _ in range(100):
-        if sock.exists():
-            break
-        time.sleep(0.02)
+    import socket
+
+    for _ in range(250):  # the socket file exists from bind(), connections from listen()
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(str(sock))
+                break
+            except OSError:
+                time.sleep(0.02)
     return sock
 
 

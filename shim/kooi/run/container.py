@@ -419,9 +419,11 @@ class ContainerBackend:
         mark = limit_mark(self.token)
         for line in self.tail.strip().splitlines()[-3:] if self.token else []:
             # Only the init's report counts (it carries the run's secret): a line the
-            # workload printed sets no limit of the result.
-            if line.startswith(mark):
-                hits += [h for h in line[len(mark):].split() if h in ("pids", "memory") and h not in hits]
+            # workload printed sets no limit of the result. The report may follow a
+            # partial last line of the workload's on the same line.
+            at = line.find(mark)
+            if at >= 0:
+                hits += [h for h in line[at + len(mark):].split() if h in ("pids", "memory") and h not in hits]
         pids = (stats or {}).get("pids_stats") or {}
         if pids.get("limit") and pids.get("current", 0) >= pids["limit"] and "pids" not in hits:
             hits.append("pids")

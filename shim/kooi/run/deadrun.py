@@ -20,14 +20,16 @@ saying which record, until it is finished."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from .. import labels
 from ..hoststate.engine import EngineConfig
-from .errors import EXIT_BUSY, Log, Result, RunError, now, refused, unavailable
+from .errors import Log, Result, RunError, now, refused, unavailable
 from .guard import Guard, GuardError
 from .project import RunLock
 
@@ -45,6 +47,11 @@ def keep(run_dir: Path, guard: Guard, res: Result) -> Path:
     every workload's reach)."""
     path = record_path(run_dir, guard.root)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if os.path.lexists(path):
+        # finish_held finished every dead run's record before this run's snapshot; one
+        # here now is a run kooi does not know about: its check must not be lost.
+        raise refused(f"{path}, another run's record, appeared while run {res.run_id} held the project's lock; "
+                      "run `kooi gc`, then retry")
     doc = {"version": VERSION, "run_id": res.run_id, "workflow": res.workflow, "mode": res.mode,
            "isolation": res.isolation, "project": str(guard.root), "start": res.start, "log": res.log,
            "pid": os.getpid(), "guard": guard.dump()}
@@ -86,9 +93,13 @@ def _related(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
-def finish_around(run_dir: Path, project: Path, cfg: EngineConfig, log: Log, res: Result, wait: float) -> None:
-    """Before a run on PROJECT takes its lock: finish every dead run on PROJECT or on a
-    directory inside or around it (what their workloads left is in this run's project)."""
+def finish_held(run_dir: Path, project: Path, cfg: EngineConfig, log: Log, res: Result) -> None:
+    """Once a run on PROJECT holds its lock (RunLock: PROJECT's exclusively, each directory
+    above it shared), no live run works on PROJECT or on a directory inside or around it:
+    every record of such a run is a dead run's. Finish each before this run's snapshot,
+    which would otherwise take what their workloads left for the project's own. The
+    records are read now, not before waiting for the lock: a run that took the lock first
+    may have written its record, and died, while this one waited."""
     for path, doc in _records(run_dir):
         if doc is None:
             if path == record_path(run_dir, project):
@@ -97,21 +108,9 @@ def finish_around(run_dir: Path, project: Path, cfg: EngineConfig, log: Log, res
             continue
         if not _related(str(doc.get("project", "")), str(project)) and path != record_path(run_dir, project):
             continue
-        lock = RunLock(run_dir, "", Path(doc["project"]))
-        try:
-            lock.acquire(wait)
-        except RunError as exc:
-            if exc.code == EXIT_BUSY and doc["project"] != str(project):
-                # A live run on a directory around or inside this one: the record is its.
-                continue
-            raise
-        try:
-            if not path.exists():
-                continue  # another finisher was first
-            said = finish(path, doc, cfg, log, f"run {res.run_id}")
+        said = finish(path, doc, cfg, log, f"run {res.run_id}")
+        if said:
             res.warn(log, said)
-        finally:
-            lock.release()
 
 
 def finish_all(run_dir: Path, cfg: EngineConfig, dry_run: bool = False) -> list[str]:
@@ -134,7 +133,9 @@ def finish_all(run_dir: Path, cfg: EngineConfig, dry_run: bool = False) -> list[
                 out.append(f"would finish the project check of run {doc['run_id']} on {doc['project']}, whose "
                            "kooi run died")
                 continue
-            out.append(finish(path, doc, cfg, log, "kooi gc"))
+            said = finish(path, doc, cfg, log, "kooi gc")
+            if said:
+                out.append(said)
         except RunError as exc:
             out.append(f"warning: {exc}")
         finally:
@@ -142,10 +143,34 @@ def finish_all(run_dir: Path, cfg: EngineConfig, dry_run: bool = False) -> list[
     return out
 
 
-def finish(path: Path, doc: dict[str, Any], cfg: EngineConfig, log: Log, by: str) -> str:
-    """Finish the dead run DOC (its record at PATH), holding its project's lock: its
-    containers removed, its check run, its result written, the record removed. What
-    it did, in one line; RunError when it cannot be finished."""
+def finish(path: Path, doc: dict[str, Any], cfg: EngineConfig, log: Log, by: str) -> str | None:
+    """Finish the dead run DOC (its record at PATH), holding a lock that keeps every live
+    run off its project: its containers removed, its check run, its result written, the
+    record removed. What it did, in one line (None: another finisher was first); RunError
+    when it cannot be finished. Two runs on sibling projects may both hold the directory
+    around them (shared) and find the same dead record there: the record's own flock
+    makes one of them the finisher, and the other finds it gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_nlink == 0:
+            return None  # finished while this one waited
+        try:
+            with os.fdopen(os.dup(fd)) as f:
+                fresh = json.load(f)
+            if isinstance(fresh, dict) and fresh.get("version") == VERSION:
+                doc = fresh
+        except (OSError, ValueError):
+            pass
+        return _finish(path, doc, cfg, log, by)
+    finally:
+        os.close(fd)
+
+
+def _finish(path: Path, doc: dict[str, Any], cfg: EngineConfig, log: Log, by: str) -> str:
     run_id, project = str(doc["run_id"]), Path(doc["project"])
     gone = _remove_containers(cfg, run_id) if doc.get("mode") != "jail" else []
     try:
@@ -155,7 +180,15 @@ def finish(path: Path, doc: dict[str, Any], cfg: EngineConfig, log: Log, by: str
                       f"{project} for what its workload left, then remove the record") from None
     if guard.root != project:
         raise refused(f"{path}: run {run_id}'s record names {guard.root}, not {project}; remove the record")
-    if not project.is_dir():
+    try:
+        st = os.lstat(project)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise refused(f"{path}: run {run_id}, whose kooi run died, worked on {project}, which is now not a "
+                      "directory (a link?): check what it points to for what the workload left, then remove "
+                      "the record")
+    if st is None:
         drop(path)
         return f"run {run_id}, whose kooi run died, worked on {project}, which is gone: nothing to check"
     record = guard.check()

@@ -148,11 +148,11 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         log.close()
         log = Log(run_dir / "logs" / f"{run_id}.log", echo)
         res.log = str(log.path)
-        # What a run whose kooi run died left in this project is checked first, never
-        # taken into this run's snapshot.
-        deadrun.finish_around(run_dir, project, cfg, log, res, wait)
         lock = RunLock(run_dir, wf.name, project)
         lock.acquire(wait)
+        # What a run whose kooi run died left in this project is checked first, never
+        # taken into this run's snapshot.
+        deadrun.finish_held(run_dir, project, cfg, log, res)
         if res.isolation == "gvisor":
             assert cfg.gvisor is not None
             if not cfg.gvisor.group:
