@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -460,3 +461,27 @@ def test_what_tools_run_from_a_subdirectory_is_protected_there_too(repo):
     assert not (repo / "crates/x/.cargo").exists() and not (repo / "sub/.envrc").exists()
     assert (repo / "pkg/a/.npmrc").read_text() == "registry=https://registry.npmjs.org/\n"
     assert (repo / "node_modules/x/.npmrc").exists() and rec["restored"], rec
+
+
+def test_a_dead_runs_record_is_related_by_the_lock_identity_not_the_path(tmp_path):
+    """run.deadrun: a run finishes the dead runs on its project or a directory inside or
+    around it, whatever path they named it by (a bind mount is a second path)."""
+    from kooi.run.deadrun import _related
+
+    p = tmp_path / "p"
+    (p / "sub").mkdir(parents=True)
+    (tmp_path / "q").mkdir()
+    assert _related(str(p), str(p)) and _related(str(p / "sub"), str(p)) and _related(str(p), str(p / "sub"))
+    assert not _related(str(p), str(tmp_path / "q")) and not _related(str(p / "sub"), str(tmp_path / "q"))
+    if os.geteuid() != 0:
+        return
+    # In a mount namespace of its own: /alias is p by a bind mount.
+    alias = tmp_path / "alias"
+    alias.mkdir()
+    code = ("import sys; from kooi.run.deadrun import _related as r; a, p, q = sys.argv[1:]; "
+            "print(r(a + '/sub', p), r(p + '/sub', a), r(a, p + '/sub'), r(a, q))")
+    out = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                          'mount --bind "$1" "$2" && exec "$0" -c "$3" "$2" "$1" "$4"', sys.executable,
+                          str(p), str(alias), code, str(tmp_path / "q")],
+                         capture_output=True, text=True, check=True, env={**os.environ})
+    assert out.stdout.split() == ["True", "True", "True", "False"], out

@@ -89,8 +89,13 @@ def _records(run_dir: Path) -> list[tuple[Path, dict[str, Any] | None]]:
 
 
 def _related(a: str, b: str) -> bool:
-    """A is B, or one is inside the other."""
-    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+    """A is B, or one is inside the other, by the identity RunLock locks them by (a
+    directory's device and inode, so a second path to it, a bind mount, is the same):
+    exactly the records whose run the lock of either keeps out."""
+    def up(p: str) -> set[str]:
+        return {labels.lock_key(p), *(labels.lock_key(str(q)) for q in Path(p).parents)}
+
+    return labels.lock_key(a) in up(b) or labels.lock_key(b) in up(a)
 
 
 def finish_held(run_dir: Path, project: Path, cfg: EngineConfig, log: Log, res: Result) -> None:
