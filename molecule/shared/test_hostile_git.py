@@ -254,7 +254,12 @@ sleep 600
 # preparing (it held the project's lock, its record not yet written); it must finish the
 # dead run's check once it holds the lock (the fourth hostile review: it read the records
 # before waiting, took the dead run's files into its snapshot and overwrote its record).
-@pytest.mark.parametrize("mode,finisher", [("container", "gc"), ("jail", "run"), ("container", "queued")])
+# "renamed": the project was moved after kooi run died (the fifth hostile review: the run
+# on its new path found the record, looked at the old path, dropped the record without a
+# result and took the leftovers for the project's own); `kooi gc`, which finds nothing at
+# the old path, must keep the record for whoever runs on the project where it is now.
+@pytest.mark.parametrize("mode,finisher", [("container", "gc"), ("jail", "run"), ("container", "queued"),
+                                           ("jail", "renamed")])
 def test_a_killed_runs_check_is_finished_before_anyone_uses_the_project(host, ctx, mode, finisher):
     name = f"hostile-killed-{mode}"
     project = f"{ctx.engine.runner_home}/kooi-hostile/{name}"
@@ -304,6 +309,16 @@ echo "wrote: $(ls {project}/.kooi-hostile-wrote 2>/dev/null)"
         fin = host.run("kooi gc")  # root's; the cron's runs as the runner
     elif finisher == "run":
         fin = host.run(nxt)
+    elif finisher == "renamed":
+        moved = f"{project}-moved"
+        host.run(f"rm -rf {moved}")
+        assert as_runner(host, ctx, f"mv {project} {moved}").succeeded
+        gc = host.run("kooi gc")
+        assert gc.rc == 0 and dead in gc.stdout + gc.stderr, gc.stdout + gc.stderr  # it says it cannot find it
+        kept = host.run(f"grep -l '\"{dead}\"' /var/lib/kooi/runs/guards/*.json")
+        assert kept.rc == 0, "kooi gc dropped the record of a dead run whose project moved:\n" + gc.stdout
+        fin = host.run(nxt.replace(f"--project {shlex.quote(project)} ", f"--project {shlex.quote(moved)} "))
+        project = moved
     if finisher == "queued":
         assert "records before: 0" in killed.stdout, "the run was stopped too late to test the window: " + killed.stdout
         assert "next rc=0" in killed.stdout, killed.stdout + host.file(f"{out}.next").content_string

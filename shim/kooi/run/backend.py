@@ -82,7 +82,11 @@ def run(backend: Backend, ctx: RunContext) -> int:
         rc = supervise(backend, ctx)
     finally:
         _finish(backend, ctx, guard)
-        deadrun.drop(kept)
+        # The record stays, with the check's outcome, until the run's result is written
+        # (run.execute drops it): kooi run killed in between leaves its finisher the result
+        # to write, never a check to do again.
+        deadrun.checked(kept, ctx.res)
+        ctx.record = kept
     record = ctx.res.project_guard or {}
     if not record.get("restored", True):
         raise refused("the workload left protected project paths kooi could not put back ("

@@ -44,6 +44,7 @@ class RunContext:
     apparmor: AppArmorState | None = None
     secrets: SecretsConfig | None = None
     guard: Guard | None = None
+    record: Path | None = None  # run.deadrun's record, dropped once the run's result is written
     # The run's limits (the workflow's, the host's defaults for the rest; run.limits)
     # and where each came from ("workflow" or "default").
     limits: dict[str, Any] = field(default_factory=lambda: dict(limits_state.BUILTIN))

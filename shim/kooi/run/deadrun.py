@@ -14,9 +14,19 @@ writes the dead run's result (reason `interrupted`). Before, the next run's snap
 whatever the dead run's workload had left (a `.envrc`, a pager in `.git/config`) for the
 project's own, and put it back after every later run.
 
+The record names the project by what stays when its path does not (run.dirid): its
+device, inode and birth time, and the run lock's names. A run finishes the records
+related to its own lock's names, wherever the dead run's project is now (moved here, or
+a bind mount of a directory inside this project); `kooi gc` finishes a record whose
+project is where it was. The record follows the check (its phase and how far it got):
+a check killed half-way is taken up where it was, and a run killed after its check has
+its result written from the record. A record is removed only once its run's result is
+written.
+
 A record kooi cannot finish (the engine does not answer, so the dead run's containers
-may still write; a path the check cannot put back) refuses every run on the project,
-saying which record, until it is finished."""
+may still write; a path the check cannot put back; a project no longer where it was,
+around or inside the one a run is for) refuses every run on the project, saying which
+record, until it is finished."""
 
 from __future__ import annotations
 
@@ -29,9 +39,10 @@ from typing import Any
 
 from .. import labels
 from ..hoststate.engine import EngineConfig
+from . import dirid
 from .errors import Log, Result, RunError, now, refused, unavailable
 from .guard import Guard, GuardError
-from .project import RunLock
+from .project import RunLock, lock_names
 
 SUBDIR = "guards"
 DEAD = ("finished the project check of run ", "would finish the project check of run ", "run ")
@@ -42,19 +53,8 @@ def record_path(run_dir: Path, project: Path) -> Path:
     return run_dir / SUBDIR / (labels.lock_key(str(project)).removesuffix(".lock") + ".json")
 
 
-def keep(run_dir: Path, guard: Guard, res: Result) -> Path:
-    """Write the running run's record (atomically; the runner's own directory, out of
-    every workload's reach)."""
-    path = record_path(run_dir, guard.root)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if os.path.lexists(path):
-        # finish_held finished every dead run's record before this run's snapshot; one
-        # here now is a run kooi does not know about: its check must not be lost.
-        raise refused(f"{path}, another run's record, appeared while run {res.run_id} held the project's lock; "
-                      "run `kooi gc`, then retry")
-    doc = {"version": VERSION, "run_id": res.run_id, "workflow": res.workflow, "mode": res.mode,
-           "isolation": res.isolation, "project": str(guard.root), "start": res.start, "log": res.log,
-           "pid": os.getpid(), "guard": guard.dump()}
+def _save(path: Path, doc: dict[str, Any]) -> None:
+    """DOC at PATH, whole or not at all (a kill half-way leaves the last one)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -62,7 +62,56 @@ def keep(run_dir: Path, guard: Guard, res: Result) -> Path:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _follow(path: Path, doc: dict[str, Any], guard: Guard) -> None:
+    """From now on the record at PATH follows GUARD's check: its phase, how far it got,
+    its outcome."""
+    def progress(phase: str, record: dict[str, Any] | None) -> None:
+        doc["phase"] = phase
+        doc["guard"] = guard.dump()
+        if record is not None:
+            doc["outcome"] = record
+        _save(path, doc)
+    guard.on_progress = progress
+
+
+def keep(run_dir: Path, guard: Guard, res: Result) -> Path:
+    """Write the running run's record (atomically; the runner's own directory, out of
+    every workload's reach); it follows the run's check until the run's result is
+    written (checked, drop)."""
+    path = record_path(run_dir, guard.root)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if os.path.lexists(path):
+        # finish_held finished every dead run's record before this run's snapshot; one
+        # here now is a run kooi does not know about: its check must not be lost.
+        raise refused(f"{path}, another run's record, appeared while run {res.run_id} held the project's lock; "
+                      "run `kooi gc`, then retry")
+    ident = dirid.of(guard.root)
+    own, above = lock_names(guard.root)
+    doc = {"version": VERSION, "run_id": res.run_id, "workflow": res.workflow, "mode": res.mode,
+           "isolation": res.isolation, "project": str(guard.root), "start": res.start, "log": res.log,
+           "pid": os.getpid(), "identity": ident.as_json(), "place": dirid.place(guard.root, ident),
+           "locks": {"own": own, "above": above}, "phase": "running", "guard": guard.dump()}
+    _save(path, doc)
+    _follow(path, doc, guard)
     return path
+
+
+def checked(path: Path | None, res: Result) -> None:
+    """The run's own check is over (its outcome in RES): killed from here on, only its
+    result is missing, and whoever finishes the record writes it from there."""
+    if path is None:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return
+    doc["phase"], doc["outcome"] = "checked", res.project_guard
+    doc["cleanup"] = res.cleanup
+    _save(path, doc)
 
 
 def drop(path: Path | None) -> None:
@@ -88,51 +137,101 @@ def _records(run_dir: Path) -> list[tuple[Path, dict[str, Any] | None]]:
     return out
 
 
-def _related(a: str, b: str) -> bool:
-    """A is B, or one is inside the other, by the identity RunLock locks them by (a
-    directory's device and inode, so a second path to it, a bind mount, is the same):
-    exactly the records whose run the lock of either keeps out."""
-    def up(p: str) -> set[str]:
-        return {labels.lock_key(p), *(labels.lock_key(str(q)) for q in Path(p).parents)}
-
-    return labels.lock_key(a) in up(b) or labels.lock_key(b) in up(a)
+def _locks_of(doc: dict[str, Any]) -> tuple[set[str], set[str]]:
+    locks = doc.get("locks")
+    if isinstance(locks, dict):
+        return set(map(str, locks.get("own", []))), set(map(str, locks.get("above", [])))
+    p = Path(str(doc.get("project", "")))  # a record kooi wrote before it kept the lock's names
+    return {labels.lock_key(str(p))}, {labels.lock_key(str(q)) for q in p.parents}
 
 
-def finish_held(run_dir: Path, project: Path, cfg: EngineConfig, log: Log, res: Result) -> None:
+def _related(doc: dict[str, Any], own: list[str], above: list[str]) -> bool:
+    """DOC's run worked on the project of a run holding the locks OWN (exclusively) and
+    ABOVE (shared), or on a directory inside or around it: the records whose run that
+    lock keeps out (RunLock, by every name: a second path, a bind mount of a directory
+    inside, is the same)."""
+    r_own, r_above = _locks_of(doc)
+    return bool(r_own & (set(own) | set(above))) or bool(r_above & set(own))
+
+
+def _locate(doc: dict[str, Any], near: Path | None) -> tuple[Path | None, bool]:
+    """Where the dead run DOC's project is now: at the path it was, or (NEAR: the project
+    of the run that finishes it) at NEAR, a directory above it, or the place inside NEAR
+    the record's place in its file system says (a bind mount of a directory inside NEAR).
+    (its path or None; True when it is provably deleted: a directory born later has its
+    inode number)."""
+    recorded = Path(str(doc.get("project", "")))
+    ident = dirid.DirId.from_json(doc.get("identity"))
+    cands = [recorded]
+    if near is not None:
+        cands += [near, *near.parents]
+        place = doc.get("place")
+        try:
+            here = dirid.place(near)
+        except OSError:
+            here = None
+        if isinstance(place, list) and len(place) == 2 and here is not None and place[0] == here[0] \
+                and str(place[1]).startswith(here[1].rstrip("/") + "/"):
+            cands.append(near / os.path.relpath(str(place[1]), here[1]))
+    deleted = False
+    for c in cands:
+        try:
+            if not stat.S_ISDIR(os.lstat(c).st_mode):
+                continue
+            now_id = dirid.of(c)
+        except OSError:
+            continue
+        if ident is None:
+            if c == recorded:
+                return c, False
+            continue
+        if ident.same(now_id) and (c == recorded or None not in (ident.btime, now_id.btime)):
+            return c, False
+        deleted = deleted or ident.reused(now_id)
+    return None, deleted
+
+
+def finish_held(run_dir: Path, project: Path, cfg: EngineConfig | None, log: Log, res: Result) -> None:
     """Once a run on PROJECT holds its lock (RunLock: PROJECT's exclusively, each directory
     above it shared), no live run works on PROJECT or on a directory inside or around it:
     every record of such a run is a dead run's. Finish each before this run's snapshot,
     which would otherwise take what their workloads left for the project's own. The
     records are read now, not before waiting for the lock: a run that took the lock first
     may have written its record, and died, while this one waited."""
+    own, above = lock_names(project)
     for path, doc in _records(run_dir):
         if doc is None:
             if path == record_path(run_dir, project):
                 raise refused(f"{path} is a dead run's record kooi cannot read: check {project} for what its "
                               "workload left (`.git/config`, hooks, `.envrc`), then remove the record")
             continue
-        if not _related(str(doc.get("project", "")), str(project)) and path != record_path(run_dir, project):
+        if not _related(doc, own, above) and path != record_path(run_dir, project):
             continue
-        said = finish(path, doc, cfg, log, f"run {res.run_id}")
+        said = finish(path, doc, cfg, log, f"run {res.run_id}", near=project)
         if said:
             res.warn(log, said)
 
 
-def finish_all(run_dir: Path, cfg: EngineConfig, dry_run: bool = False) -> list[str]:
-    """`kooi gc`: finish every dead run whose project no live run holds."""
+def finish_all(run_dir: Path, cfg: EngineConfig | None, dry_run: bool = False) -> list[str]:
+    """`kooi gc`: finish every dead run whose project is where it was and no live run
+    holds; say which records wait for a run on a project that moved."""
     out = []
     log = Log(None, None)
     for path, doc in _records(run_dir):
         if doc is None:
             out.append(f"warning: {path} is a dead run's record kooi cannot read: check its project, then remove it")
             continue
-        lock = RunLock(run_dir, "", Path(doc["project"]))
+        where, deleted = _locate(doc, None)
+        lock = RunLock(run_dir, "", where or Path(str(doc.get("project", ""))))
         try:
             lock.acquire(0)
         except RunError:
             continue  # a live run's record, or another finisher's
         try:
             if not path.exists():
+                continue
+            if where is None and not deleted:
+                out.append(f"warning: {_not_there(path, doc)}")
                 continue
             if dry_run:
                 out.append(f"would finish the project check of run {doc['run_id']} on {doc['project']}, whose "
@@ -148,67 +247,108 @@ def finish_all(run_dir: Path, cfg: EngineConfig, dry_run: bool = False) -> list[
     return out
 
 
-def finish(path: Path, doc: dict[str, Any], cfg: EngineConfig, log: Log, by: str) -> str | None:
+def _not_there(path: Path, doc: dict[str, Any]) -> str:
+    return (f"{path}: run {doc.get('run_id')}, whose kooi run died, worked on {doc.get('project')}, which is not "
+            "there now (moved, unmounted, or deleted): what its workload left may be wherever it is. If it moved, "
+            "run on it where it is now (that finishes its check there first); if it was deleted, remove the record")
+
+
+def finish(path: Path, doc: dict[str, Any], cfg: EngineConfig | None, log: Log, by: str,
+           near: Path | None = None) -> str | None:
     """Finish the dead run DOC (its record at PATH), holding a lock that keeps every live
-    run off its project: its containers removed, its check run, its result written, the
-    record removed. What it did, in one line (None: another finisher was first); RunError
-    when it cannot be finished. Two runs on sibling projects may both hold the directory
-    around them (shared) and find the same dead record there: the record's own flock
-    makes one of them the finisher, and the other finds it gone."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        if os.fstat(fd).st_nlink == 0:
-            return None  # finished while this one waited
+    run off its project (NEAR: the project of the run that holds it): its containers
+    removed, its check run, its result written, the record removed. What it did, in one
+    line (None: another finisher was first, or the record is not this run's to finish);
+    RunError when it cannot be finished. Two runs on sibling projects may both hold the
+    directory around them (shared) and find the same dead record there: the record's
+    own flock makes one of them the finisher, and the other finds it gone."""
+    while True:
         try:
-            with os.fdopen(os.dup(fd)) as f:
-                fresh = json.load(f)
-            if isinstance(fresh, dict) and fresh.get("version") == VERSION:
-                doc = fresh
-        except (OSError, ValueError):
-            pass
-        return _finish(path, doc, cfg, log, by)
-    finally:
-        os.close(fd)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink == 0:
+                continue  # finished, or saved anew (its check's progress), while this one waited
+            try:
+                with os.fdopen(os.dup(fd)) as f:
+                    fresh = json.load(f)
+                if isinstance(fresh, dict) and fresh.get("version") == VERSION:
+                    doc = fresh
+            except (OSError, ValueError):
+                pass
+            return _finish(path, doc, cfg, log, by, near)
+        finally:
+            os.close(fd)
 
 
-def _finish(path: Path, doc: dict[str, Any], cfg: EngineConfig, log: Log, by: str) -> str:
-    run_id, project = str(doc["run_id"]), Path(doc["project"])
+def _finish(path: Path, doc: dict[str, Any], cfg: EngineConfig | None, log: Log, by: str,
+            near: Path | None) -> str | None:
+    run_id, recorded = str(doc["run_id"]), Path(doc["project"])
+    res = Result(workflow=str(doc.get("workflow", "")), run_id=run_id, project=str(recorded),
+                 mode=str(doc.get("mode", "")), isolation=str(doc.get("isolation", "")),
+                 start=str(doc.get("start", "")), log=str(doc.get("log", "")))
+    res.exit_code, res.reason = 137, "interrupted"
+    if doc.get("phase") == "checked" and isinstance(doc.get("outcome"), dict):
+        # Its own check ran to the end: only its result is missing.
+        record = doc["outcome"]
+        res.end = now()
+        res.message = (f"kooi run died after its project check, before writing its result (SIGKILL: the OOM "
+                       f"killer or an operator); {by} wrote it at {res.end} from the run's record")
+        res.project_guard, res.cleanup = record, doc.get("cleanup")
+        return _done(path, res, record, [], by, recorded)
+    where, deleted = _locate(doc, near)
+    if where is None and not deleted:
+        if near is not None and _same_place(doc, near):
+            # Another directory at its path now: its own is elsewhere (a run there
+            # finishes it) or deleted; nothing of it is in this one.
+            return f"run {run_id}'s record names {recorded}, which is now another directory: kept ({path})"
+        raise refused(_not_there(path, doc))
     gone = _remove_containers(cfg, run_id) if doc.get("mode") != "jail" else []
+    if where is None:
+        res.end = now()
+        res.message = (f"kooi run died during the run without a result (SIGKILL: the OOM killer or an operator); "
+                       f"{by} removed its {len(gone)} container(s); its project {recorded} was deleted since: "
+                       "nothing to check")
+        res.cleanup = {"containers": gone, "failed": []}
+        _write_result(path.parent.parent / "results" / f"{run_id}.json", res)
+        drop(path)
+        return f"run {run_id}, whose kooi run died, worked on {recorded}, which was deleted since: nothing to check"
     try:
         guard = Guard.load(doc["guard"])
     except GuardError as exc:
         raise refused(f"{path}, the record of run {run_id} whose kooi run died, is unreadable ({exc}): check "
-                      f"{project} for what its workload left, then remove the record") from None
-    if guard.root != project:
-        raise refused(f"{path}: run {run_id}'s record names {guard.root}, not {project}; remove the record")
-    try:
-        st = os.lstat(project)
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISDIR(st.st_mode):
-        raise refused(f"{path}: run {run_id}, whose kooi run died, worked on {project}, which is now not a "
-                      "directory (a link?): check what it points to for what the workload left, then remove "
-                      "the record")
-    if st is None:
-        drop(path)
-        return f"run {run_id}, whose kooi run died, worked on {project}, which is gone: nothing to check"
+                      f"{where} for what its workload left, then remove the record") from None
+    if guard.root != recorded:
+        raise refused(f"{path}: run {run_id}'s record names {guard.root}, not {recorded}; remove the record")
+    guard.root = where
+    _follow(path, doc, guard)
     record = guard.check()
-    res = Result(workflow=str(doc.get("workflow", "")), run_id=run_id, project=str(project),
-                 mode=str(doc.get("mode", "")), isolation=str(doc.get("isolation", "")),
-                 start=str(doc.get("start", "")), log=str(doc.get("log", "")))
-    res.end, res.exit_code, res.reason = now(), 137, "interrupted"
+    res.end = now()
     res.message = (f"kooi run died during the run without a result (SIGKILL: the OOM killer or an operator); "
-                   f"{by} removed its {len(gone)} container(s) and finished its project check at {res.end}")
+                   f"{by} removed its {len(gone)} container(s) and finished its project check at {res.end}"
+                   + (f" in {where}, where the project is now" if where != recorded else ""))
     res.project_guard = record
     res.cleanup = {"containers": gone, "failed": []}
+    return _done(path, res, record, gone, by, where)
+
+
+def _same_place(doc: dict[str, Any], near: Path) -> bool:
+    try:
+        here = dirid.place(near)
+    except OSError:
+        return False
+    return isinstance(doc.get("place"), list) and here is not None and list(here) == doc["place"]
+
+
+def _done(path: Path, res: Result, record: dict[str, Any], gone: list[str], by: str, where: Path) -> str:
+    """Write the dead run's result, then remove its record (never the other way round)."""
     from .backend import refusals
 
     res.refused = refusals(res)
-    n = len(record["refused"])
+    run_id = res.run_id
+    n = len(record.get("refused", []))
     said = (f"finished the project check of run {run_id}, whose kooi run died: "
             + (f"removed its container(s) {', '.join(gone)}; " if gone else "")
             + (f"{n} change(s) to protected paths refused ("
@@ -216,19 +356,21 @@ def _finish(path: Path, doc: dict[str, Any], cfg: EngineConfig, log: Log, by: st
                if n else "its workload changed no protected path"))
     _write_result(path.parent.parent / "results" / f"{run_id}.json", res)
     _append_log(Path(res.log) if res.log else None, said)
-    if not record["restored"]:
-        raise refused(f"{said}; but kooi could not put back {'; '.join(record['restore_failed'])}: do not use "
-                      f"{project} on the host (no git command, no editor) before removing them, then remove {path}")
+    if not record.get("restored", True):
+        raise refused(f"{said}; but kooi could not put back {'; '.join(record.get('restore_failed', []))}: do not "
+                      f"use {where} on the host (no git command, no editor) before removing them, then remove {path}")
     drop(path)
     return said + (", put back" if n else "")
 
 
-def _remove_containers(cfg: EngineConfig, run_id: str) -> list[str]:
+def _remove_containers(cfg: EngineConfig | None, run_id: str) -> list[str]:
     """Every container of the run (its workload's, and what it started through its
     broker): removed, so nothing of it writes the project while its check runs."""
     from .. import engineapi
 
     why = f"run {run_id}'s kooi run died and its containers may still write its project; its check waits for them"
+    if cfg is None:
+        raise unavailable(f"{why}: no engine is configured")
     try:
         client = engineapi.connect(cfg)
     except engineapi.EngineError as exc:
@@ -251,12 +393,14 @@ def _remove_containers(cfg: EngineConfig, run_id: str) -> list[str]:
 
 
 def _write_result(path: Path, res: Result) -> None:
+    """The dead run's result; RunError when it cannot be written (the record stays)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
     except FileExistsError:
         return  # kooi run wrote one after all
-    except OSError:
-        return
+    except OSError as exc:
+        raise unavailable(f"cannot write run {res.run_id}'s result {path} ({exc.strerror or exc}); its record "
+                          "stays until it can") from None
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(res.as_dict(), indent=2) + "\n")
 

@@ -87,6 +87,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             return res
     log = Log(None, echo)
     lock: RunLock | None = None
+    ctx: RunContext | None = None
     got_signal: list[int] = []
     old_handlers: dict[signal.Signals, Any] = {}
 
@@ -180,8 +181,6 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
     finally:
         for s, h in old_handlers.items():
             signal.signal(s, h)
-        if lock:
-            lock.release()
         res.refused = backend.refusals(res)
         if res.limit:
             res.message += f" (it reached its {res.limit} limit)"
@@ -195,6 +194,10 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
                 (run_dir / "results" / f"{run_id}.json").write_text(doc)
             except OSError:
                 pass
+        if ctx is not None:
+            deadrun.drop(ctx.record)  # after the result: run.deadrun
+        if lock:
+            lock.release()  # after the record: whoever takes the project next finds no dead run of this one
         if out:
             try:
                 out.write(doc)

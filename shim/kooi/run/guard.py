@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -637,6 +638,15 @@ class Guard:
     nested_shadows: list[tuple[str, Path]] = field(default_factory=list)  # for nested containers
     made_files: list[str] = field(default_factory=list)  # mount points kooi's shadows made
     pinned: str | None = None  # the git directory whose config holds kooi's run block
+    # How far check() got with the throwaways (its git directories done, what they
+    # showed; "all": every one, the shadows only left to remove): a check killed
+    # half-way goes on from there (run.deadrun), never compares a throwaway it already
+    # copied back and removed.
+    progress: dict[str, Any] | None = None
+    # Called with the phase ("checking", "checked") and, once checked, the record:
+    # run.deadrun keeps the dead run's record up to date with it.
+    on_progress: Callable[[str, dict[str, Any] | None], None] | None = field(default=None, repr=False,
+                                                                          compare=False)
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -889,10 +899,14 @@ class Guard:
         copied back, the throwaways removed: (refused, failures, a warning)."""
         if self.shadow is None:
             return [], [], ""
-        refused: list[dict[str, str]] = []
-        failed: list[str] = []
-        warnings: list[str] = []
+        done = self.progress or {"gits": [], "refused": [], "failed": [], "warnings": [], "all": False}
+        self.progress = done
+        refused: list[dict[str, str]] = done["refused"]
+        failed: list[str] = done["failed"]
+        warnings: list[str] = done["warnings"]
         for t in self.throwaways:
+            if done["all"] or t.git in done["gits"]:
+                continue
             try:
                 after = {k: e for k, e in scan(t.copy, (t.git,), strict=False,
                                                 git_dirs=() if t.made else (t.git,)).items() if self._mine(t, k)}
@@ -919,12 +933,17 @@ class Guard:
             except OSError as exc:
                 failed.append(f"{t.git}: git's data directories unreadable ({exc.strerror or exc})")
             refused += t.refused
-        for rel, copy in self.file_copies:
+            done["gits"].append(t.git)
+            self._progress("checking")
+        for rel, copy in self.file_copies if not done["all"] else []:
             a = _lentry(copy, content=True, strict=False)
             b = self.protected.get(rel, Entry("file", a.mode if a else 0) if rel in self.made_files else None)
             if b is None or not b.same(a):
                 refused.append({"path": rel, "change": _change(None if rel in self.made_files else b, a),
                                 "how": "shadowed"})
+        if not done["all"]:
+            done["all"] = True
+            self._progress("checking")
         try:
             _remove(self.shadow)
         except OSError as exc:
@@ -1112,9 +1131,16 @@ class Guard:
                 failed.append(f"{rel}: {exc.strerror or exc}")
         return refused, failed
 
+    def _progress(self, phase: str, record: dict[str, Any] | None = None) -> None:
+        if self.on_progress is not None:
+            self.on_progress(phase, record)
+
     def check(self) -> dict[str, Any]:
         """After the run: put back every protected path that differs; the record.
-        restored is False when anything could not be read or put back."""
+        restored is False when anything could not be read or put back. Killed half-way,
+        it goes on where it was from its dump() (progress): every step after the
+        throwaways compares the project with the snapshot, and does again what is left."""
+        self._progress("checking")
         failed: list[str] = []
         try:
             self._unpin_config()
@@ -1196,6 +1222,8 @@ class Guard:
                                   "restored": not failed, "restore_failed": failed, "watched_changed": changed}
         if warning:
             record["warning"] = warning
+        self.progress = None
+        self._progress("checked", record)
         return record
 
 
@@ -1216,7 +1244,7 @@ class Guard:
                                 "refused": t.refused} for t in self.throwaways],
                 "file_copies": [[r, str(p)] for r, p in self.file_copies],
                 "nested_shadows": [[r, str(p)] for r, p in self.nested_shadows],
-                "made_files": list(self.made_files), "pinned": self.pinned}
+                "made_files": list(self.made_files), "pinned": self.pinned, "progress": self.progress}
 
     @classmethod
     def load(cls, doc: dict[str, Any]) -> Guard:
@@ -1239,6 +1267,11 @@ class Guard:
             g.nested_shadows = [(str(r), Path(p)) for r, p in doc["nested_shadows"]]
             g.made_files = [str(x) for x in doc["made_files"]]
             g.pinned = None if doc["pinned"] is None else str(doc["pinned"])
+            prog = doc.get("progress")
+            if prog is not None:
+                g.progress = {"gits": [str(x) for x in prog["gits"]], "refused": [dict(r) for r in prog["refused"]],
+                              "failed": [str(x) for x in prog["failed"]],
+                              "warnings": [str(x) for x in prog["warnings"]], "all": bool(prog["all"])}
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise GuardError(f"not a guard's record ({exc.__class__.__name__}: {exc})") from None
         return g

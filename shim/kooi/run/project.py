@@ -14,6 +14,7 @@ from pathlib import Path
 from .. import labels
 from ..hoststate import subids
 from ..hoststate.engine import EngineConfig
+from . import dirid
 from .errors import EXIT_BUSY, EXIT_ERROR, EXIT_INVALID, EXIT_REFUSED, EXIT_UNAVAILABLE, Log, RunError
 
 SUBUID = "/etc/subuid"
@@ -202,25 +203,56 @@ def check_project(project: Path, cfg: EngineConfig) -> Path:
     for bad in ("/", "/etc", "/usr", "/var", "/home", cfg.runner_home):
         if str(real) == bad:
             raise RunError("refused", EXIT_REFUSED, f"refusing {real} as a project (too broad)")
+    inside = dirid.mounts_inside(real)
+    if inside:
+        # The workload gets the project with what is mounted in it (a recursive bind), and
+        # the guard and the run lock would see neither: another run's project, the host's
+        # files, bound there.
+        raise RunError("refused", EXIT_REFUSED,
+                       f"project {real} has a mount point inside it ({', '.join(inside[:3])}): a run would reach "
+                       "what is mounted there, out of the run lock's and the project guard's sight; unmount it "
+                       "or choose a project without mounts")
     return real
 
 
 
+def lock_names(project: Path) -> tuple[list[str], list[str]]:
+    """The run lock's names for PROJECT (resolved): its own (taken exclusively) and the
+    directories' above it (shared). Each directory by its device and inode (a second path
+    to it, a bind mount or a rename, is the same), and by its place in its file system
+    (run.dirid): a bind mount of a directory inside another run's project has that
+    project above it there, not on its path. Above the project from the top down: every
+    run takes them in one order."""
+    own = [labels.lock_key(str(project))]
+    above = [labels.lock_key(str(a)) for a in reversed(project.parents)]
+    try:
+        here, up = dirid.place_keys(project)
+    except OSError:
+        here, up = None, []
+    if here is not None:
+        own.append(here)
+        above += [k for k in reversed(up) if k not in above]
+    return own, above
+
+
 class RunLock:
     """One run per project at a time, whatever its workflow, and none on a directory
-    inside or around it (flock; released when the process dies): the project's own lock
-    exclusively, each directory above it shared. A run on P and one on P/n would each
-    take the other's changes into its snapshot and put them back, and one could swap a
-    directory of the other's project for a link before that run's guard works on it."""
+    inside or around it (flock; released when the process dies): the project's own locks
+    exclusively, each directory above it shared (lock_names). A run on P and one on P/n
+    would each take the other's changes into its snapshot and put them back, and one
+    could swap a directory of the other's project for a link before that run's guard
+    works on it."""
 
     def __init__(self, run_dir: Path, wf: str, project: Path):
-        self.path = run_dir / "locks" / labels.lock_key(str(project))
-        self.above = [run_dir / "locks" / labels.lock_key(str(a)) for a in project.parents]
+        own, above = lock_names(project)
+        self.path = run_dir / "locks" / own[0]
+        self.own = [run_dir / "locks" / n for n in own]
+        self.above = [run_dir / "locks" / n for n in above]
         self.fds: list[int] = []
 
     def _try(self) -> Path | None:
         """Every lock at once, or none (the one another run holds)."""
-        for path, mode in [*((a, fcntl.LOCK_SH) for a in reversed(self.above)), (self.path, fcntl.LOCK_EX)]:
+        for path, mode in [*((a, fcntl.LOCK_SH) for a in self.above), *((o, fcntl.LOCK_EX) for o in self.own)]:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
             self.fds.append(fd)
             try:
@@ -238,7 +270,7 @@ class RunLock:
             if held is None:
                 return
             if time.monotonic() >= deadline:
-                what = "this project or inside it" if held == self.path else "a directory around it"
+                what = "this project or inside it" if held in self.own else "a directory around it"
                 raise RunError("busy", EXIT_BUSY,
                                f"another run on {what} holds {held} (one run per project at a time, whatever its "
                                "workflow, and none on a directory inside another run's project); retry later or "

@@ -1,0 +1,217 @@
+"""run.deadrun against what the fifth hostile review did to a dead run's record: the
+project reached through a bind mount of a directory inside another run's project, a
+check killed half-way (the run's own, or a finisher's), a record whose project is no
+longer where it was. Real directories, real mounts (in a mount namespace of the test's
+own), real processes killed part-way."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kooi.run import deadrun
+from kooi.run import guard as guardmod
+from kooi.run.errors import Log, Result
+from kooi.run.guard import Guard
+
+GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a",
+           "GIT_COMMITTER_EMAIL": "a@b", "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
+
+
+def git(cwd: Path, *args: str, git_dir: Path | None = None) -> str:
+    env = {**GIT_ENV, **({"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(cwd)} if git_dir else {})}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def run_dir(base: Path) -> Path:
+    for sub in ("results", "locks", "guards", "shadows", "logs"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    return base
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    p = tmp_path / "p"
+    p.mkdir()
+    git(p, "init", "-q")
+    (p / "src.txt").write_text("code\n")
+    (p / "lib").mkdir()
+    git(p / "lib", "init", "-q")
+    (p / "lib/l.txt").write_text("l\n")
+    git(p / "lib", "add", "-A")
+    git(p / "lib", "commit", "-qm", "lib")
+    git(p, "add", "src.txt")
+    git(p, "commit", "-qm", "one")
+    return p
+
+
+def workload(repo: Path, mounts: list[tuple[str, Path]]) -> None:
+    """What a workload does through its view of the project (the throwaways mounted, the
+    data directories bound in: symlinked here): a commit (kept), a pager in the git
+    config and an .envrc (refused)."""
+    m = dict(mounts)
+    for rel, src in mounts:
+        if rel.startswith(".git/") and src.is_relative_to(repo):
+            target = m[".git"] / rel.split("/", 1)[1]
+            target.rmdir()
+            target.symlink_to(src)
+    view = m[".git"]
+    (repo / "src.txt").write_text("fixed\n")
+    git(repo, "add", "src.txt", git_dir=view)
+    git(repo, "commit", "-qm", "work", git_dir=view)
+    git(repo, "config", "core.pager", "touch /tmp/pwned", git_dir=view)
+    (repo / ".envrc").write_text("touch /tmp/pwned\n")
+
+
+def die(where: str) -> None:
+    """In a forked child: the check dies (SIGKILL, as far as the record knows) at WHERE."""
+    if where == "in-the-throwaways":
+        calls = [0]
+        real = Guard._check_bound
+
+        def bound(self: Guard, t: guardmod.Throwaway) -> None:
+            calls[0] += 1
+            if calls[0] == 2:  # the second git directory's data copied back, not yet checked
+                os._exit(9)
+            real(self, t)
+        Guard._check_bound = bound  # type: ignore[method-assign]
+    elif where == "removing-the-throwaways":
+        real_remove = guardmod._remove
+
+        def remove(p: Path) -> None:
+            if p.name == "r1":  # the shadows: the first throwaway gone, then killed
+                real_remove(p / "g0")
+                os._exit(9)
+            real_remove(p)
+        guardmod._remove = remove  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("where", ["in-the-throwaways", "removing-the-throwaways", "after-the-check"])
+def test_a_check_killed_half_way_is_finished_by_the_next_holder(repo, tmp_path, where):
+    """The review: kooi run killed during its own check (after the throwaways' put-back,
+    before the result) left a record the next holder re-checked from the start: the
+    throwaways gone, 19 bogus changes to .git, `restored: false`, the project refused
+    until the record was removed by hand; killed after the record was dropped: no result."""
+    rd = run_dir(tmp_path / "runs")
+    config = (repo / ".git/config").read_bytes()
+    status = git(repo, "status", "--porcelain")
+    g = Guard(repo)
+    g.snapshot()
+    g.snapshot_watched()
+    mounts = g.shadows(rd / "shadows" / "r1")
+    res = Result(workflow="w", run_id="r1", project=str(repo), mode="jail", start="t")
+    path = deadrun.keep(rd, g, res)
+    workload(repo, mounts)
+    pid = os.fork()
+    if pid == 0:  # the run's own check, killed at WHERE
+        try:
+            die(where)
+            g.check()
+            os._exit(9)
+        finally:
+            os._exit(3)
+    _, how = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(how) == 9
+    assert path.exists(), "the record went before the run's result was written"
+    said = deadrun.finish(path, json.loads(path.read_text()), None, Log(None, None), "the test")
+    assert said and "r1" in said
+    assert not path.exists()
+    result = json.loads((rd / "results/r1.json").read_text())
+    rec = result["project_guard"]
+    assert rec["restored"], rec
+    refused = {(r["path"], r["how"]) for r in rec["refused"]}
+    assert {(".git/config", "shadowed"), (".envrc", "put back")} <= refused, rec
+    bogus = [r for r in rec["refused"] if r["path"] not in (".git/config", ".envrc")]
+    assert bogus == [], rec
+    assert (repo / ".git/config").read_bytes() == config and not (repo / ".envrc").exists()
+    assert git(repo, "log", "--format=%s").split() == ["work", "one"]
+    assert git(repo, "status", "--porcelain") == status
+    assert not (rd / "shadows/r1").exists()
+
+
+MOUNTED = r"""
+import json, os, subprocess, sys
+from pathlib import Path
+from types import SimpleNamespace
+from kooi.run import deadrun
+from kooi.run.errors import Log, Result, RunError
+from kooi.run.guard import Guard
+from kooi.run.project import RunLock, check_project
+
+a, b, c, rd = map(Path, sys.argv[1:])
+out = {}
+
+def both(p, q):
+    first = RunLock(rd, "", p)
+    first.acquire(0)
+    try:
+        second = RunLock(rd, "", q)
+        second.acquire(0)
+        second.release()
+        return "both ran"
+    except RunError as exc:
+        return exc.reason
+    finally:
+        first.release()
+
+out["b then a"], out["a then b"] = both(b, a), both(a, b)
+
+def dead(p, run_id):
+    g = Guard(p)
+    g.snapshot()
+    g.snapshot_watched()
+    path = deadrun.keep(rd, g, Result(workflow="w", run_id=run_id, project=str(p), mode="jail", start="t"))
+    (p / ".envrc").write_text("touch /tmp/pwned\n")
+    return path
+
+# a run on b (a bind of a/sub) died; the next run on a finishes it
+rec = dead(b, "rb")
+lock = RunLock(rd, "", a)
+lock.acquire(0)
+try:
+    deadrun.finish_held(rd, a, None, Log(None, None), Result(workflow="w", run_id="ra", project=str(a), mode="jail"))
+finally:
+    lock.release()
+out["finished by a"] = [not (a / "sub/.envrc").exists(), not rec.exists(), (rd / "results/rb.json").exists()]
+# another died; b unmounted before kooi gc: it must not check the directory now there
+rec = dead(b, "rb2")
+subprocess.run(["umount", str(b)], check=True)
+said = deadrun.finish_all(rd, None)
+out["gc after umount"] = [rec.exists(), sorted(os.listdir(b)), (a / "sub/.envrc").exists(),
+                          any("rb2" in s for s in said)]
+# a project with a mount inside: a run would reach what is mounted there
+subprocess.run(["mount", "--bind", str(c), str(a / "sub")], check=True)
+try:
+    check_project(a, SimpleNamespace(runner_uid=0, runner_home="/nonexistent"))
+    out["mount inside"] = "accepted"
+except RunError as exc:
+    out["mount inside"] = exc.reason
+print(json.dumps(out))
+"""
+
+
+def test_a_project_reached_through_a_bind_mount_of_a_directory_inside_another(tmp_path):
+    """The review: B a bind mount of A/sub. A run on B and one on A ran at once (the lock
+    took B's path parents, not A); a dead run on B was not finished by the run on A; and
+    after B was unmounted, `kooi gc` "checked" the empty directory under it (making .git
+    files there) and wrote a bogus result, leaving A/sub's leftovers for the next run."""
+    assert os.geteuid() == 0, "this test mounts: run the unit tests as root (scripts/test.sh does)"
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for d in (a / "sub", b, c):
+        d.mkdir(parents=True)
+    rd = run_dir(tmp_path / "runs")
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                        'mount --bind "$2/sub" "$3" && exec "$1" -c "$6" "$2" "$3" "$4" "$5"', "sh", sys.executable,
+                        str(a), str(b), str(c), str(rd), MOUNTED], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["b then a"] == "busy" and out["a then b"] == "busy", out
+    assert out["finished by a"] == [True, True, True], out
+    kept, left, envrc, said = out["gc after umount"]
+    assert kept and left == [] and envrc and said, out
+    assert out["mount inside"] == "refused", out
