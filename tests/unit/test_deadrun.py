@@ -215,3 +215,43 @@ def test_a_project_reached_through_a_bind_mount_of_a_directory_inside_another(tm
     kept, left, envrc, said = out["gc after umount"]
     assert kept and left == [] and envrc and said, out
     assert out["mount inside"] == "refused", out
+
+
+def test_two_finishers_of_one_record_take_turns(repo, tmp_path):
+    """Runs on sibling projects both hold the directory around them, and both find a
+    dead run's record there: one finishes it, the other waits and finds it gone, even
+    while the first one's check replaces the record with its progress."""
+    rd = run_dir(tmp_path / "runs")
+    g = Guard(repo)
+    g.snapshot()
+    g.snapshot_watched()
+    mounts = g.shadows(rd / "shadows" / "r1")
+    path = deadrun.keep(rd, g, Result(workflow="w", run_id="r1", project=str(repo), mode="jail", start="t"))
+    workload(repo, mounts)
+    doc = json.loads(path.read_text())
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the first finisher, slow once its check has saved its progress
+        try:
+            real = Guard._progress
+
+            def slow(self: Guard, phase: str, record: dict | None = None) -> None:
+                real(self, phase, record)
+                if phase == "checking" and self.progress and self.progress["gits"]:
+                    os.write(w, b"x")
+                    import time
+                    time.sleep(1)
+            Guard._progress = slow  # type: ignore[method-assign]
+            said = deadrun.finish(path, doc, None, Log(None, None), "the first")
+            os._exit(0 if said else 4)
+        finally:
+            os._exit(3)
+    os.close(w)
+    assert os.read(r, 1) == b"x"
+    second = deadrun.finish(path, doc, None, Log(None, None), "the second")
+    _, how = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(how) == 0
+    assert second is None, second
+    result = json.loads((rd / "results/r1.json").read_text())
+    assert "the first" in result["message"] and result["project_guard"]["restored"], result
+    assert {r["path"] for r in result["project_guard"]["refused"]} == {".git/config", ".envrc"}, result

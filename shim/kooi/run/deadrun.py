@@ -260,27 +260,28 @@ def finish(path: Path, doc: dict[str, Any], cfg: EngineConfig | None, log: Log, 
     removed, its check run, its result written, the record removed. What it did, in one
     line (None: another finisher was first, or the record is not this run's to finish);
     RunError when it cannot be finished. Two runs on sibling projects may both hold the
-    directory around them (shared) and find the same dead record there: the record's
-    own flock makes one of them the finisher, and the other finds it gone."""
-    while True:
+    directory around them (shared) and find the same dead record there: a lock of the
+    record's own (a file that stays: the record itself is replaced as its check goes
+    on) makes one of them the finisher, and the other finds it gone."""
+    locks = path.parent.parent / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    lfd = os.open(locks / f"record-{path.stem}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o640)
+    try:
+        fcntl.flock(lfd, fcntl.LOCK_EX)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
-            return None
+            return None  # finished while this one waited
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if os.fstat(fd).st_nlink == 0:
-                continue  # finished, or saved anew (its check's progress), while this one waited
-            try:
-                with os.fdopen(os.dup(fd)) as f:
-                    fresh = json.load(f)
-                if isinstance(fresh, dict) and fresh.get("version") == VERSION:
-                    doc = fresh
-            except (OSError, ValueError):
-                pass
-            return _finish(path, doc, cfg, log, by, near)
-        finally:
-            os.close(fd)
+            with os.fdopen(fd) as f:
+                fresh = json.load(f)
+            if isinstance(fresh, dict) and fresh.get("version") == VERSION:
+                doc = fresh
+        except (OSError, ValueError):
+            pass
+        return _finish(path, doc, cfg, log, by, near)
+    finally:
+        os.close(lfd)
 
 
 def _finish(path: Path, doc: dict[str, Any], cfg: EngineConfig | None, log: Log, by: str,
