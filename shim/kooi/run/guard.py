@@ -33,6 +33,9 @@ import os
 import re
 import shutil
 import stat
+import subprocess
+import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +112,13 @@ MAX_GIT_FILES = 64
 MAX_WALK = 2_000_000
 # Git's data kooi copies back from a throwaway: regular files and directories only, at most.
 MAX_DATA_BYTES = 1 << 30
+# Objects the workload wrote, verified after the run (decompressed bytes, over every
+# git directory of the run): past it, what is left unverified goes.
+MAX_VERIFY_BYTES = 4 << 30
+_LOOSE_DIR = re.compile(r"[0-9a-f]{2}")
+_LOOSE_NAME = re.compile(r"[0-9a-f]{38}|[0-9a-f]{62}")
+_PACK_NAME = re.compile(r"(pack-(?:[0-9a-f]{40}|[0-9a-f]{64}))\.(pack|idx|rev|bitmap|mtimes|keep|promisor)")
+_OBJECT_TYPES = (b"blob", b"tree", b"commit", b"tag")
 # Changed paths a pipeline should look at before it trusts the result: CI definitions,
 # build scripts and wrappers, lockfiles, hook managers, agent instructions.
 WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "azure-pipelines.yml", ".buildkite",
@@ -579,6 +589,69 @@ def index_problem(data: bytes) -> str | None:
     return "the index cannot be read"
 
 
+def _loose_problem(dir_fd: int, name: str, oid: str, budget: list[int]) -> str | None:
+    """Why the loose object NAME (OID) is not what its name says, or None."""
+    h = hashlib.new("sha1" if len(oid) == 40 else "sha256")
+    d = zlib.decompressobj()
+    head = b""
+    total = 0
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "rb") as f:
+            while chunk := f.read(1 << 20):
+                data = d.decompress(chunk, 1 << 22)
+                while True:
+                    total += len(data)
+                    budget[0] -= len(data)
+                    if budget[0] < 0:
+                        return "written by the workload past what kooi verifies in a run: removed"
+                    if len(head) < 64:
+                        head += data[:64]
+                    h.update(data)
+                    if not d.unconsumed_tail:
+                        break
+                    data = d.decompress(d.unconsumed_tail, 1 << 22)
+            tail = d.flush()
+            total += len(tail)
+            h.update(tail)
+            if len(head) < 64:
+                head += tail[:64]
+    except zlib.error:
+        return "not an object git wrote (it does not inflate): removed"
+    kind, _, rest = head.partition(b" ")
+    size, nul, _ = rest.partition(b"\0")
+    if kind not in _OBJECT_TYPES or not nul or not size.isdigit() or int(size) != total - len(kind) - len(size) - 2:
+        return "not an object git wrote (its header): removed"
+    if h.hexdigest() != oid:
+        return ("rewritten under its name (its content does not match it; the host's `git diff` would not show "
+                "the change, `git checkout` would write it): removed, so the history that needs it is broken until "
+                "it is fetched again")
+    return None
+
+
+def _pack_problem(fd: int, stem: str, budget: list[int]) -> str | None:
+    """Why the pack STEM (and its index) in FD is not what git wrote (`git index-pack
+    --verify`: every object hashed, the index compared), run outside any repository
+    with no configuration."""
+    size = os.stat(f"{stem}.pack", dir_fd=fd, follow_symlinks=False).st_size
+    budget[0] -= size
+    if budget[0] < 0:
+        return "written by the workload past what kooi verifies in a run"
+    fmt = "sha1" if len(stem) == len("pack-") + 40 else "sha256"
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CEILING_DIRECTORIES": "/", "LC_ALL": "C"}
+    try:
+        # what `git verify-pack` runs: every object hashed, the index compared
+        r = subprocess.run(["git", "index-pack", f"--object-format={fmt}", "--verify", f"{stem}.pack"],
+                           cwd=f"/proc/self/fd/{fd}", env=env, capture_output=True, text=True, timeout=600,
+                           pass_fds=(fd,))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"not verified ({exc})"
+    if r.returncode != 0:
+        return f"not a pack git wrote (`git verify-pack`: {(r.stderr.strip().splitlines() or ['failed'])[-1][:200]})"
+    return None
+
+
 def _bound_problems(fd: int, rel: str, out: list[str], budget: list[int]) -> None:
     """Entries in git's data directories git never makes there (a symlink, a FIFO, a
     device; a repository's layout, whose HEAD goes): removed, named in OUT (relative
@@ -643,6 +716,9 @@ class Guard:
     # half-way goes on from there (run.deadrun), never compares a throwaway it already
     # copied back and removed.
     progress: dict[str, Any] | None = None
+    # When the workload started (ns, a little before): what changed in git's real
+    # objects and refs since is the workload's, or the host's while the run ran.
+    started: int | None = None
     # Called with the phase ("checking", "checked") and, once checked, the record:
     # run.deadrun keeps the dead run's record up to date with it.
     on_progress: Callable[[str, dict[str, Any] | None], None] | None = field(default=None, repr=False,
@@ -696,6 +772,10 @@ class Guard:
         """Right before the workload starts (after kooi's own ACL grant, which changes
         the files' ctime)."""
         self.watched = scan(self.root, WATCHED, content=False, strict=False)
+        # A file's ctime comes from a clock that may lag by a tick: what kooi itself
+        # changed (the ACL grant) is older than STARTED, what the workload changes newer.
+        time.sleep(0.03)
+        self.started = time.time_ns() - 15_000_000
 
     def _git_dirs_now(self) -> list[str]:
         """Every git directory that gets a throwaway: the project's own, a `gitdir:`
@@ -904,6 +984,7 @@ class Guard:
         refused: list[dict[str, str]] = done["refused"]
         failed: list[str] = done["failed"]
         warnings: list[str] = done["warnings"]
+        verify_budget = [MAX_VERIFY_BYTES]
         for t in self.throwaways:
             if done["all"] or t.git in done["gits"]:
                 continue
@@ -932,6 +1013,10 @@ class Guard:
                 self._check_bound(t)
             except OSError as exc:
                 failed.append(f"{t.git}: git's data directories unreadable ({exc.strerror or exc})")
+            try:
+                self._check_history(t, verify_budget)
+            except OSError as exc:
+                failed.append(f"{t.git}: git's objects and refs not verified ({exc.strerror or exc})")
             refused += t.refused
             done["gits"].append(t.git)
             self._progress("checking")
@@ -1044,6 +1129,140 @@ class Guard:
                               for p in found]
         finally:
             os.close(real_fd)
+
+    def _check_history(self, t: Throwaway, budget: list[int]) -> None:
+        """What the workload forged in T's real objects and refs (bound into its view):
+        git reads an object by its name and never checks a loose object's content
+        against it, and takes replace refs, alternates and the commit-graph on trust, so
+        a rewritten blob of a committed file (the file changed to match) is a change the
+        host's `git diff` never shows and `git checkout` writes. Every object file
+        changed since the workload started is verified (loose: its hash; a pack: `git
+        verify-pack`); one that does not match its name, a replace ref, alternates, and
+        the caches git rebuilds (commit-graph, multi-pack-index, bitmaps) are removed
+        and listed."""
+        if self.started is None:
+            return
+        real_fd = _open_dir(self.root, t.git)
+        try:
+            if "objects" in t.bound:
+                self._check_objects(real_fd, f"{t.git}/objects", t, budget)
+            if "refs" in t.bound:
+                self._check_replace_refs(real_fd, t)
+        finally:
+            os.close(real_fd)
+
+    def _new(self, st: os.stat_result) -> bool:
+        return self.started is not None and st.st_ctime_ns >= self.started
+
+    def _refuse(self, t: Throwaway, dir_fd: int, name: str, rel: str, why: str) -> None:
+        _remove_at(dir_fd, name)
+        t.refused.append({"path": rel, "change": why, "how": "put back"})
+
+    def _check_objects(self, real_fd: int, rel: str, t: Throwaway, budget: list[int]) -> None:
+        try:
+            ofd = os.open("objects", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=real_fd)
+        except OSError:
+            return  # gone or a link: the put-back of the git directory says so
+        try:
+            for e in sorted(os.scandir(ofd), key=lambda e: e.name):
+                if not e.is_dir(follow_symlinks=False):
+                    continue
+                sub = os.open(e.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=ofd)
+                try:
+                    if _LOOSE_DIR.fullmatch(e.name):
+                        for f in os.scandir(sub):
+                            if f.is_file(follow_symlinks=False) and _LOOSE_NAME.fullmatch(f.name) \
+                                    and self._new(f.stat(follow_symlinks=False)):
+                                why = _loose_problem(sub, f.name, e.name + f.name, budget)
+                                if why:
+                                    self._refuse(t, sub, f.name, f"{rel}/{e.name}/{f.name}", why)
+                    elif e.name == "pack":
+                        self._check_packs(sub, f"{rel}/pack", t, budget)
+                    elif e.name == "info":
+                        self._check_object_info(sub, f"{rel}/info", t)
+                finally:
+                    os.close(sub)
+        finally:
+            os.close(ofd)
+
+    def _check_packs(self, fd: int, rel: str, t: Throwaway, budget: list[int]) -> None:
+        stems: dict[str, list[str]] = {}
+        new: set[str] = set()
+        for f in os.scandir(fd):
+            if not f.is_file(follow_symlinks=False):
+                continue
+            m = _PACK_NAME.fullmatch(f.name)
+            fresh = self._new(f.stat(follow_symlinks=False))
+            if m is None:
+                if fresh and f.name.startswith("multi-pack-index"):
+                    self._refuse(t, fd, f.name, f"{rel}/{f.name}", "changed by the workload: a cache git rebuilds, "
+                                                                  "removed (kooi cannot verify it)")
+                continue
+            stems.setdefault(m.group(1), []).append(f.name)
+            if fresh:
+                new.add(f.name)
+        for stem, names in sorted(stems.items()):
+            if not new.intersection(names):
+                continue
+            why = None
+            if f"{stem}.pack" in new or f"{stem}.idx" in new:
+                why = _pack_problem(fd, stem, budget) if {f"{stem}.pack", f"{stem}.idx"} <= set(names) else \
+                    "a pack without its index (or an index without its pack)"
+            for n in sorted(names):
+                ext = n.rsplit(".", 1)[1]
+                if why is not None and ext not in ("keep",):
+                    self._refuse(t, fd, n, f"{rel}/{n}", why + ": removed")
+                elif n in new and ext in ("rev", "bitmap", "mtimes", "promisor"):
+                    self._refuse(t, fd, n, f"{rel}/{n}", "changed by the workload: "
+                                 + ("makes git fetch what it misses from a remote" if ext == "promisor" else
+                                    "a cache git rebuilds") + ", removed (kooi cannot verify it)")
+
+    def _check_object_info(self, fd: int, rel: str, t: Throwaway) -> None:
+        for f in os.scandir(fd):
+            if not self._new(f.stat(follow_symlinks=False)) and not (
+                    f.name == "commit-graphs" and f.is_dir(follow_symlinks=False)):
+                continue
+            if f.name in ("alternates", "http-alternates"):
+                self._refuse(t, fd, f.name, f"{rel}/{f.name}", "changed by the workload: git would take objects "
+                                                               "from where it names, unverified; removed")
+            elif f.name in ("commit-graph", "packs"):
+                self._refuse(t, fd, f.name, f"{rel}/{f.name}", "changed by the workload: a cache git rebuilds "
+                                                               "and trusts, removed (kooi cannot verify it)")
+            elif f.name == "commit-graphs" and f.is_dir(follow_symlinks=False):
+                sub = os.open(f.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                try:
+                    changed = any(self._new(g.stat(follow_symlinks=False)) for g in os.scandir(sub))
+                finally:
+                    os.close(sub)
+                if changed or self._new(f.stat(follow_symlinks=False)):
+                    self._refuse(t, fd, f.name, f"{rel}/{f.name}", "changed by the workload: a cache git "
+                                                                   "rebuilds and trusts, removed")
+
+    def _check_replace_refs(self, real_fd: int, t: Throwaway) -> None:
+        """refs/replace/*: git shows the object a replace ref names in place of the one
+        the history names (`git diff`, `git checkout` and `git log` alike)."""
+        try:
+            fd = os.open("refs/replace", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=real_fd)
+        except OSError:
+            return
+        try:
+            stack: list[tuple[int, str, bool]] = [(fd, f"{t.git}/refs/replace", False)]
+            while stack:
+                dfd, rel, close = stack.pop()
+                try:
+                    for f in os.scandir(dfd):
+                        if f.is_dir(follow_symlinks=False):
+                            stack.append((os.open(f.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd),
+                                          f"{rel}/{f.name}", True))
+                        elif self._new(f.stat(follow_symlinks=False)):
+                            self._refuse(t, dfd, f.name, f"{rel}/{f.name}", "created: a replace ref, git would "
+                                                                           "show another object in its place; "
+                                                                           "removed")
+                finally:
+                    if close:
+                        os.close(dfd)
+        finally:
+            os.close(fd)
 
     def _nested_created(self) -> tuple[list[dict[str, str]], list[str]]:
         """`.git` entries below the project's top the workload made (a nested repository,
@@ -1244,7 +1463,8 @@ class Guard:
                                 "refused": t.refused} for t in self.throwaways],
                 "file_copies": [[r, str(p)] for r, p in self.file_copies],
                 "nested_shadows": [[r, str(p)] for r, p in self.nested_shadows],
-                "made_files": list(self.made_files), "pinned": self.pinned, "progress": self.progress}
+                "made_files": list(self.made_files), "pinned": self.pinned, "progress": self.progress,
+                "started": self.started}
 
     @classmethod
     def load(cls, doc: dict[str, Any]) -> Guard:
@@ -1267,6 +1487,7 @@ class Guard:
             g.nested_shadows = [(str(r), Path(p)) for r, p in doc["nested_shadows"]]
             g.made_files = [str(x) for x in doc["made_files"]]
             g.pinned = None if doc["pinned"] is None else str(doc["pinned"])
+            g.started = None if doc.get("started") is None else int(doc["started"])
             prog = doc.get("progress")
             if prog is not None:
                 g.progress = {"gits": [str(x) for x in prog["gits"]], "refused": [dict(r) for r in prog["refused"]],
