@@ -255,3 +255,85 @@ def test_two_finishers_of_one_record_take_turns(repo, tmp_path):
     result = json.loads((rd / "results/r1.json").read_text())
     assert "the first" in result["message"] and result["project_guard"]["restored"], result
     assert {r["path"] for r in result["project_guard"]["refused"]} == {".git/config", ".envrc"}, result
+
+
+MOUNTED_LATER = r"""
+import json, os, subprocess, sys
+from pathlib import Path
+from kooi.run import deadrun
+from kooi.run.errors import Log, Result, RunError
+from kooi.run.guard import Guard, GuardError
+
+a, c, rd = map(Path, sys.argv[1:])
+out = {}
+def dead():
+    g = Guard(a)
+    g.snapshot()
+    g.snapshot_watched()
+    return g, deadrun.keep(rd, g, Result(workflow="w", run_id="ra", project=str(a), mode="jail", start="t"))
+
+# a run's own check, with a mount made inside the project while it ran
+g, rec = dead()
+subprocess.run(["mount", "--bind", str(c), str(a / "sub")], check=True)
+try:
+    g.check()
+    out["own check"] = "checked"
+except GuardError as exc:
+    out["own check"] = "refused"
+out["c intact"] = [(c / ".git/config").read_text().count("[remote"), (c / ".envrc").exists()]
+# ... and its record, finished by gc while the mount is there
+said = deadrun.finish_all(rd, None)
+out["gc"] = [rec.exists(), any("mount" in s for s in said)]
+out["c intact after gc"] = [(c / ".git/config").read_text().count("[remote"), (c / ".envrc").exists()]
+print(json.dumps(out))
+"""
+
+
+def test_a_mount_inside_the_project_after_its_start_is_never_worked_on(tmp_path):
+    """The sixth hostile review: the mount check ran once, before the lock; a mount made
+    inside the project while the run ran (or before its dead run was finished) had the
+    guard's walks cross into it and "put back" another repository: its remote, hooks
+    and .envrc were deleted. Nothing is checked then, and the record stays."""
+    assert os.geteuid() == 0, "this test mounts: run the unit tests as root (scripts/test.sh does)"
+    a, c = tmp_path / "a", tmp_path / "c"
+    (a / "sub").mkdir(parents=True)
+    git(a, "init", "-q")
+    c.mkdir()
+    git(c, "init", "-q")
+    git(c, "remote", "add", "origin", "https://example.invalid/c.git")
+    (c / ".envrc").write_text("use nix\n")
+    rd = run_dir(tmp_path / "runs")
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", MOUNTED_LATER,
+                        str(a), str(c), str(rd)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["c intact"] == [1, True] and out["c intact after gc"] == [1, True], out
+    assert out["own check"] == "refused" and out["gc"] == [True, True], out
+
+
+def test_a_dead_runs_project_moved_into_another_is_finished_before_its_snapshot(repo, tmp_path):
+    """The sixth hostile review: the dead run's project A moved into B (mv A B/A); the
+    run on B took A's leftovers into its snapshot, as its own, and the record stayed
+    unfinished."""
+    rd = run_dir(tmp_path / "runs")
+    g = Guard(repo)
+    g.snapshot()
+    g.snapshot_watched()
+    path = deadrun.keep(rd, g, Result(workflow="w", run_id="r1", project=str(repo), mode="jail", start="t"))
+    (repo / ".envrc").write_text("touch /tmp/pwned\n")
+    b = tmp_path / "b"
+    b.mkdir()
+    repo.rename(b / "a")
+    from kooi.run.project import RunLock
+
+    lock = RunLock(rd, "", b)
+    lock.acquire(0)
+    try:
+        res = Result(workflow="w", run_id="rb", project=str(b), mode="jail")
+        deadrun.finish_held(rd, b, None, Log(None, None), res)
+    finally:
+        lock.release()
+    assert not (b / "a/.envrc").exists() and not path.exists()
+    result = json.loads((rd / "results/r1.json").read_text())
+    assert ".envrc" in {r["path"] for r in result["project_guard"]["refused"]}, result
+    assert any("r1" in w for w in res.warnings), res.warnings

@@ -81,12 +81,12 @@ def run(backend: Backend, ctx: RunContext) -> int:
         kept = deadrun.keep(ctx.run_dir, guard, ctx.res)
         rc = supervise(backend, ctx)
     finally:
-        _finish(backend, ctx, guard)
-        # The record stays, with the check's outcome, until the run's result is written
-        # (run.execute drops it): kooi run killed in between leaves its finisher the result
-        # to write, never a check to do again.
-        deadrun.checked(kept, ctx.res)
-        ctx.record = kept
+        if _finish(backend, ctx, guard):
+            # The record stays, with the check's outcome, until the run's result is
+            # written (run.execute drops it): kooi run killed in between leaves its
+            # finisher the result to write, never a check to do again.
+            deadrun.checked(kept, ctx.res)
+            ctx.record = kept
     record = ctx.res.project_guard or {}
     if not record.get("restored", True):
         raise refused("the workload left protected project paths kooi could not put back ("
@@ -95,8 +95,9 @@ def run(backend: Backend, ctx: RunContext) -> int:
     return rc
 
 
-def _finish(backend: Backend, ctx: RunContext, guard: Guard) -> None:
-    """Each step on its own: one failing never skips the project check."""
+def _finish(backend: Backend, ctx: RunContext, guard: Guard) -> bool:
+    """Each step on its own: one failing never skips the project check. False when the
+    check could not run (its record stays for whoever next holds the project)."""
     cleanup_failed = ""
     try:
         backend.cleanup()
@@ -110,7 +111,12 @@ def _finish(backend: Backend, ctx: RunContext, guard: Guard) -> None:
     if ctx.log.dropped:
         ctx.res.warn(ctx.log, f"output: the workload's output past {MAX_OUTPUT >> 20} MiB was dropped "
                               f"({ctx.log.dropped} bytes): the log is bounded")
-    ctx.res.project_guard = record = guard.check()
+    try:
+        ctx.res.project_guard = record = guard.check()
+    except GuardError as exc:
+        ctx.res.project_guard = {"protected": list(guard.paths), "refused": [], "restored": False,
+                                 "restore_failed": [f"the project check did not run: {exc}"], "watched_changed": []}
+        return False
     left = (ctx.res.cleanup or {}).get("failed") or []
     if cleanup_failed or left:
         # Something the run started may still hold the project: the check proves nothing.
@@ -124,6 +130,7 @@ def _finish(backend: Backend, ctx: RunContext, guard: Guard) -> None:
     if record["watched_changed"]:
         ctx.log.note("project: changed " + ", ".join(f"{c['path']} ({c['change']})"
                                                     for c in record["watched_changed"]))
+    return True
 
 
 def refusals(res: Result) -> list[dict[str, Any]]:

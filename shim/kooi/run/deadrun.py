@@ -47,6 +47,8 @@ from .project import RunLock, lock_names
 SUBDIR = "guards"
 DEAD = ("finished the project check of run ", "would finish the project check of run ", "run ")
 VERSION = 1
+# Directories a run looks through for a dead run's project moved into its own.
+MAX_SEARCH = 200_000
 
 
 def record_path(run_dir: Path, project: Path) -> Path:
@@ -205,11 +207,52 @@ def finish_held(run_dir: Path, project: Path, cfg: EngineConfig | None, log: Log
                 raise refused(f"{path} is a dead run's record kooi cannot read: check {project} for what its "
                               "workload left (`.git/config`, hooks, `.envrc`), then remove the record")
             continue
+        near: Path | None = project
         if not _related(doc, own, above) and path != record_path(run_dir, project):
-            continue
-        said = finish(path, doc, cfg, log, f"run {res.run_id}", near=project)
+            # A dead run's project moved into this one since (mv A B/A): found by its
+            # identity, finished where it is now before this run's snapshot takes it.
+            near = _moved_inside(run_dir, doc, project)
+            if near is None:
+                continue
+        said = finish(path, doc, cfg, log, f"run {res.run_id}", near=near)
         if said:
             res.warn(log, said)
+
+
+def _moved_inside(run_dir: Path, doc: dict[str, Any], project: Path) -> Path | None:
+    """Where inside PROJECT the project of DOC, a dead run's not where it was, is now."""
+    from .project import lock_held
+
+    r_own, _ = _locks_of(doc)
+    if any(lock_held(run_dir / "locks" / n) for n in r_own):
+        return None  # a live run's
+    ident = dirid.DirId.from_json(doc.get("identity"))
+    if ident is None or ident.btime is None or _locate(doc, None)[0] is not None:
+        return None
+    budget = [MAX_SEARCH]
+    stack = [project]
+    while stack and budget[0] > 0:
+        d = stack.pop()
+        try:
+            it = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in it:
+            budget[0] -= 1
+            try:
+                if not e.is_dir(follow_symlinks=False):
+                    continue
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == (ident.dev, ident.ino):
+                try:
+                    if ident.same(dirid.of(e.path)):
+                        return Path(e.path)
+                except OSError:
+                    pass
+            stack.append(Path(e.path))
+    return None
 
 
 def finish_all(run_dir: Path, cfg: EngineConfig | None, dry_run: bool = False) -> list[str]:
@@ -325,7 +368,10 @@ def _finish(path: Path, doc: dict[str, Any], cfg: EngineConfig | None, log: Log,
         raise refused(f"{path}: run {run_id}'s record names {guard.root}, not {recorded}; remove the record")
     guard.root = where
     _follow(path, doc, guard)
-    record = guard.check()
+    try:
+        record = guard.check()
+    except GuardError as exc:
+        raise refused(f"{path}: run {run_id}, whose kooi run died, worked on {where}: {exc}") from None
     res.end = now()
     res.message = (f"kooi run died during the run without a result (SIGKILL: the OOM killer or an operator); "
                    f"{by} removed its {len(gone)} container(s) and finished its project check at {res.end}"
@@ -393,17 +439,37 @@ def _remove_containers(cfg: EngineConfig | None, run_id: str) -> list[str]:
         raise unavailable(f"{why}: {exc}") from None
 
 
+def write_result(path: Path, doc: str, replace: bool = True) -> None:
+    """A run's result, whole or not at all (a kill half-way leaves none, never half of
+    one); REPLACE False: one already there is kept (kooi run wrote it after all)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o640)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(doc)
+            f.flush()
+            os.fsync(f.fileno())
+        if replace:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
 def _write_result(path: Path, res: Result) -> None:
     """The dead run's result; RunError when it cannot be written (the record stays)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
-    except FileExistsError:
-        return  # kooi run wrote one after all
+        write_result(path, json.dumps(res.as_dict(), indent=2) + "\n", replace=False)
     except OSError as exc:
         raise unavailable(f"cannot write run {res.run_id}'s result {path} ({exc.strerror or exc}); its record "
                           "stays until it can") from None
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(res.as_dict(), indent=2) + "\n")
 
 
 def _append_log(path: Path | None, said: str) -> None:

@@ -189,12 +189,15 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         log.note(f"{res.reason}: {res.message} (exit {res.exit_code}, {res.duration_s} s)")
         log.close()
         doc = json.dumps(res.as_dict(), indent=2) + "\n"
+        written = False
         if res.log:
             try:
-                (run_dir / "results" / f"{run_id}.json").write_text(doc)
-            except OSError:
-                pass
-        if ctx is not None:
+                deadrun.write_result(run_dir / "results" / f"{run_id}.json", doc)
+                written = True
+            except OSError as exc:
+                print(f"kooi run: cannot write the result to {run_dir / 'results'} ({exc.strerror or exc}); "
+                      "the run's record stays for `kooi gc` or the next run on the project", file=sys.stderr)
+        if ctx is not None and written:
             deadrun.drop(ctx.record)  # after the result: run.deadrun
         if lock:
             lock.release()  # after the record: whoever takes the project next finds no dead run of this one

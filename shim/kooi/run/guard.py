@@ -737,8 +737,24 @@ class Guard:
     def _scan(self, strict: bool) -> dict[str, Entry]:
         return scan(self.root, self.paths, strict=strict, skip=self.unprotected, git_dirs=self.git_dirs)
 
+    def _no_mounts_inside(self) -> None:
+        """The guard works on the project's own files: a mount inside it (made after
+        the run's start) would have its walks "put back" whatever is mounted there,
+        another repository's configuration among it."""
+        from .dirid import mounts_inside
+
+        try:
+            inside = mounts_inside(self.root)
+        except OSError as exc:
+            raise GuardError(f"cannot read the mount table ({exc.strerror or exc})") from None
+        if inside:
+            raise GuardError(f"{', '.join(inside[:3])} is mounted inside the project: kooi neither checks nor puts "
+                             "back anything there (it would work on what is mounted, not on the project); unmount "
+                             "it, then run on the project again (that run finishes this one's check first)")
+
     def snapshot(self) -> None:
         """Before anything of the run touches the project."""
+        self._no_mounts_inside()
         try:
             self._unpin_config()  # a killed run's
             self._drop_placeholder()  # a killed run's
@@ -1356,9 +1372,11 @@ class Guard:
 
     def check(self) -> dict[str, Any]:
         """After the run: put back every protected path that differs; the record.
-        restored is False when anything could not be read or put back. Killed half-way,
+        restored is False when anything could not be read or put back; GuardError,
+        with nothing done, when something is mounted inside the project. Killed half-way,
         it goes on where it was from its dump() (progress): every step after the
         throwaways compares the project with the snapshot, and does again what is left."""
+        self._no_mounts_inside()
         self._progress("checking")
         failed: list[str] = []
         try:
