@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import gojson, labels
+from . import engineapi, gojson, labels
 from .engineapi import Engine
 from .httpwire import (
     BadRequest,
@@ -141,6 +141,9 @@ class RunScope:
     # How many networks the run may create (each takes a subnet from the engine's pool,
     # which all runs share).
     max_networks: int = 8
+    # The names of the bridges of the networks the workload creates, in order (run.runnet:
+    # the rules of the run's way to the host go by them); empty: the engine names them.
+    bridges: tuple[str, ...] = ()
 
 
 class Rules:
@@ -313,6 +316,10 @@ class Rules:
                 return deny(f"network create refused: this run created {self.networks} networks, the most a run "
                             "may (their subnets come from one pool that every run shares)")
             self.networks += 1
+            n = self.networks
+        if self.scope.bridges:
+            # kooi's own option, after the check: the bridge is named after the run.
+            gojson.set_field(doc, "Options", {engineapi.BRIDGE_NAME: self.scope.bridges[(n - 1) % len(self.scope.bridges)]})
         return None
 
     def container_create(self, doc: dict[str, Any]) -> Decision | None:

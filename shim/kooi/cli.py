@@ -160,7 +160,8 @@ def _image(args: argparse.Namespace) -> int:
             res = image.build(client, Path(args.context), lock, name=args.name, check=args.check,
                               archive_dir=Path(args.archive_dir) if args.archive_dir else None,
                               log=lambda line: print(line, file=sys.stderr), buildargs=buildargs,
-                              prebuilt=Path(args.prebuilt) if args.prebuilt else None)
+                              prebuilt=Path(args.prebuilt) if args.prebuilt else None,
+                              network_mode="host" if buildargs and cfg.mode == "rootless" else None)
             print(json.dumps(res))
         elif args.action == "save":
             from . import engine

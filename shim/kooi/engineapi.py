@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from .hoststate.engine import EngineConfig
 
 API = "/v1.41"  # Docker 20.10 (Debian 12); later engines serve it unchanged
+# The bridge driver's option naming a network's bridge (kooi's own networks: run.runnet).
+BRIDGE_NAME = "com.docker.network.bridge.name"
 
 
 def _segment(ref: str) -> str:
@@ -248,10 +250,13 @@ class Engine:
     def network(self, name: str) -> dict[str, Any]:
         return dict(self.request("GET", f"/networks/{_segment(name)}"))
 
-    def create_network(self, name: str, labels: dict[str, str], driver: str = "bridge") -> dict[str, Any]:
+    def create_network(self, name: str, labels: dict[str, str], driver: str = "bridge",
+                       options: dict[str, str] | None = None) -> dict[str, Any]:
         """Create NAME and return its inspection (with its IPAM gateway)."""
-        made = self.request("POST", "/networks/create",
-                            {"Name": name, "Driver": driver, "Labels": labels, "CheckDuplicate": True})
+        body: dict[str, Any] = {"Name": name, "Driver": driver, "Labels": labels, "CheckDuplicate": True}
+        if options:
+            body["Options"] = options
+        made = self.request("POST", "/networks/create", body)
         return self.network(made["Id"])
 
     # --- containers ---------------------------------------------------------------

@@ -265,9 +265,11 @@ def save(client: _ImageClient, pin: Pin, out: IO[bytes]) -> str:
 def build(client: _ImageClient, context: Path, lock: Lock, name: str = "runner", repo: str = "kooi-runner",
           check: bool = False, pins_path: Path = PINS_PATH, archive_dir: Path | None = None,
           log: Callable[[str], None] = lambda s: None, buildargs: dict[str, str] | None = None,
-          prebuilt: Path | None = None) -> dict[str, Any]:
+          prebuilt: Path | None = None, network_mode: str | None = None) -> dict[str, Any]:
     """Build (if an input changed), verify and pin. Returns a result for Ansible.
-    BUILDARGS: the egress proxy (Docker's predefined proxy arguments), if any.
+    BUILDARGS: the egress proxy (Docker's predefined proxy arguments), if any;
+    NETWORK_MODE: where the build's steps run (the rootless engine: its own namespace,
+    "host", since its bridges reach the host only for runs: run.runnet).
     PREBUILT: a `kooi image save` archive to load instead of building, when no image of
     these inputs is on the engine; its image must be built from the same inputs, and is
     verified like a fresh build."""
@@ -303,6 +305,7 @@ def build(client: _ImageClient, context: Path, lock: Lock, name: str = "runner",
         image_id = None
         for chunk in client.api.build(path=str(context), dockerfile="Containerfile", tag=tag, rm=True,
                                       forcerm=True, pull=False, decode=True, buildargs=buildargs or None,
+                                      network_mode=network_mode,
                                       labels={labels.INPUTS: h, labels.IMAGE: name}):
             if "stream" in chunk:
                 for line in chunk["stream"].splitlines():

@@ -391,3 +391,58 @@ def test_the_proxys_logs_rotate_and_a_run_is_still_attributed(host, probe_wf, pr
     mine = {(r["method"], r["host"]) for r in result["egress"]["refused"]}
     assert ("GET", BLOCKED) in mine and ("CONNECT", BLOCKED) in mine, result["egress"]
     assert Path("/var/log/kooi/egress-runs/access.log").stat().st_size > 0
+
+
+PINNED = r"""
+import json, os, socket, urllib.parse
+own = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+host, port = own.hostname, own.port
+def connect(p):
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect((host, p))
+        return s
+    except OSError as e:
+        s.close()
+        return f"{e.__class__.__name__} {e.errno}"
+out = {}
+other = port + 1 if port < 3171 else port - 1
+for name, p in (("default", int(os.environ["KOOI_DEFAULT_PORT"])), ("other", other), ("own", port)):
+    r = connect(p)
+    out[name] = "connected" if isinstance(r, socket.socket) else r
+held = []
+for i in range(400):
+    r = connect(port)
+    if not isinstance(r, socket.socket):
+        break
+    held.append(r)
+out["held"] = len(held)
+print("KOOI-PINNED " + json.dumps(out), flush=True)
+"""
+
+
+def test_a_run_reaches_the_host_only_on_its_own_proxy_port_with_bounded_connections(host, wfdir, project,
+                                                                                     upstreams):
+    """Issue 29 (findings 6 and 7): a workload used the default proxy port (or another
+    run's), so its refusals went to no run's result, or to another's; and one run held
+    3000 idle proxy connections (Squid and slirp4netns at ~3000 descriptors each). On
+    the rootless engine each run's networks reach the host only on the run's own proxy
+    port (and the injector's), with at most kooi's per-run number of connections."""
+    from kooi.hoststate import egress as egress_state
+
+    eg = egress_state.load()
+    assert eg is not None
+    proj = project("python-example")
+    (proj / "pinned.py").write_text(PINNED)
+    shutil.chown(proj / "pinned.py", host["runner_user"], host["runner_user"])
+    write_wf(wfdir, "egress-pinned", {"command": ["python3", "/workspace/pinned.py"], "network": "proxy",
+                                      "timeout": 120, "environment": {"KOOI_DEFAULT_PORT": str(eg.port)}})
+    res, result = kooi_run("egress-pinned", proj, wfdir)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr
+    line = next((x for x in res.stdout.splitlines() if x.startswith("KOOI-PINNED ")), None)
+    assert line, res.stdout[-3000:]
+    out = json.loads(line.split(" ", 1)[1])
+    assert out["own"] == "connected", out
+    assert out["default"] != "connected" and out["other"] != "connected", out
+    assert 200 <= out["held"] <= 256, out

@@ -13,7 +13,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from .. import labels
+from .. import engineapi, labels
 from ..engineapi import Engine
 from .context import RunContext
 from .errors import EXIT_ERROR, Result, RunError, unavailable
@@ -52,9 +52,10 @@ class BrokeredEngine:
         self.gateway: str | None = None
 
     def open(self, body: dict[str, Any], limits: dict[str, int] | None = None,
-             shadows: list[tuple[str, Path]] | None = None) -> None:
+             shadows: list[tuple[str, Path]] | None = None, bridges: tuple[str, ...] = ()) -> None:
         """Create the run's network and broker, and point the workload's create BODY at
-        them. LIMITS: the run's (run.limits.Plan.ceilings), forced on and the most for
+        them. BRIDGES: the names of the run's bridges (run.runnet), its own network's
+        first; none: the engine names them. LIMITS: the run's (run.limits.Plan.ceilings), forced on and the most for
         every container the workload starts. SHADOWS: the guard's throwaway copies
         (path in the project, copy), mounted over the same paths in every container of
         the run that binds the workspace."""
@@ -62,7 +63,8 @@ class BrokeredEngine:
         from ..policy import Policy
 
         name = f"kooi-{self.run_id}"
-        self.network = self.client.create_network(name, self.run_labels)
+        self.network = self.client.create_network(name, self.run_labels,
+                                                  options={engineapi.BRIDGE_NAME: bridges[0]} if bridges else None)
         self.gateway = gateway = egress.gateway(self.network)
         if not gateway:
             raise unavailable(f"the run network {name} has no gateway address")
@@ -79,6 +81,7 @@ class BrokeredEngine:
         scope.apparmor = self.apparmor
         scope.shadows = tuple((rel, str(copy)) for rel, copy in shadows or [])
         scope.limits = dict(limits or {})
+        scope.bridges = tuple(bridges[1:])
         runtimes: tuple[str, ...] = Policy.runtimes
         if self.gvisor and self.cfg.gvisor is not None:
             scope.runtime = self.cfg.gvisor.runtime

@@ -23,7 +23,7 @@ from ..hoststate.egress import EgressConfig
 from ..hoststate.engine import EngineConfig
 from ..seccomp import TOKEN_ENV, limit_mark, limits_reached
 from ..workflow import Workflow
-from . import filters
+from . import filters, runnet
 from . import limits as run_limits
 from .brokered import BrokeredEngine
 from .context import RunContext
@@ -122,6 +122,8 @@ class ContainerBackend:
         self.token = ""  # the init's secret: only its limit report carries it
         self.hits_seen: list[str] = []  # limits kooi saw reached itself (before killing the run)
         self.pid: int | None = None  # the container's init, as the host sees it
+        self.run_net: str | None = None  # the run's own network, where no broker made one
+        self.pinned = False  # the run's way to the host (run.runnet)
 
     def prepare(self, ctx: RunContext) -> None:
         self.ctx = ctx
@@ -191,13 +193,34 @@ class ContainerBackend:
         if conf.profile:
             body["HostConfig"]["SecurityOpt"].append(f"apparmor={conf.profile}")
         eg = ctx.egress_preflight()
+        # The rootless engine: the run's networks are bridges named after it, which
+        # reach the host only on the run's own ports (run.runnet).
+        own_way = eg is not None and runnet.applies(cfg)
+        bridges = tuple(runnet.bridge(ctx.run_id, n) for n in range(runnet.BRIDGES)) if own_way else ()
         if wf.testcontainers:
             self.access = BrokeredEngine(client, ctx, conf.profile)
-            self.access.open(body, plan.ceilings(), ctx.guard.nested_shadows if ctx.guard else [])
+            self.access.open(body, plan.ceilings(), ctx.guard.nested_shadows if ctx.guard else [], bridges)
+        elif own_way:
+            self.run_net = f"kooi-{ctx.run_id}"
+            try:
+                client.create_network(self.run_net, labels.run_labels(wf.name, str(ctx.project), ctx.run_id),
+                                      options={engineapi.BRIDGE_NAME: bridges[0]})
+            except (engineapi.APIError, OSError) as exc:
+                raise unavailable(f"cannot create the run's network {self.run_net}: {exc}") from None
+            body["HostConfig"]["NetworkMode"] = self.run_net
         if eg is not None:
             self.settings = self._wire_egress(eg, body, img)
         if wf.secrets:
             self._wire_secrets(body)
+        if own_way:
+            ports = [ctx.proxy_port] + ([ctx.secrets.injector.port] if self.registered and ctx.secrets else [])
+            try:
+                runnet.pin(cfg, ctx.run_id, ports, labels.lock_key(str(ctx.project)))
+            except runnet.RunNetError as exc:
+                raise unavailable(f"egress: {exc}") from None
+            self.pinned = True
+            log.note(f"egress: the run's networks reach the host on port(s) {', '.join(map(str, sorted(set(ports))))} "
+                     f"only, at most {runnet.MAX_CONNECTIONS} connections at once")
         if plan.max_ram is not None:
             env = env_of(body)
             env["JAVA_TOOL_OPTIONS"] = run_limits.java_options(env.get("JAVA_TOOL_OPTIONS", ""), plan.max_ram)
@@ -281,7 +304,7 @@ class ContainerBackend:
                 host = egress.bridge_gateway(self.client.network("bridge"))
             except egress.EgressError as exc:
                 raise unavailable(str(exc)) from None
-        if self.access is None:
+        if self.access is None and self.run_net is None:
             host_config["NetworkMode"] = "bridge"
         # Nested containers and the engine's addresses are reached directly, never through
         # the proxy (which refuses private destinations anyway).
@@ -466,6 +489,20 @@ class ContainerBackend:
                 left = self.name
         if self.access:
             self.access.close(self.ctx.res)
+        if self.run_net is not None and self.client is not None and left is None:
+            try:
+                self.client.request("DELETE", f"/networks/{self.run_net}")
+            except engineapi.NotFound:
+                pass
+            except (engineapi.APIError, OSError) as exc:
+                self.ctx.res.warn(self.ctx.log, f"could not remove the run's network {self.run_net} ({exc}); "
+                                                "`kooi gc` removes it")
+        if self.pinned:
+            try:
+                runnet.unpin(self.ctx.cfg, self.ctx.run_id)
+                self.pinned = False
+            except runnet.RunNetError as exc:
+                self.ctx.res.warn(self.ctx.log, f"egress: the run's rules are left ({exc}); `kooi gc` removes them")
         if self.registered and self.ctx.secrets is not None:
             self._release_secrets()
         if self.settings is not None:

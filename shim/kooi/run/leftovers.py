@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .. import labels
 from ..hoststate import engine as engine_state
-from . import deadrun
+from . import deadrun, runnet
 from .project import lock_held
 
 
@@ -54,6 +54,8 @@ def gc(run_dir: Path, engine_config: Path | None = None, dry_run: bool = False,
                     obj.remove()
                 except docker.errors.APIError as exc:
                     removed[-1] += f" (not removed: {exc.explanation})"
+    # The rules of dead runs' ways to the host (run.runnet), in the engine's namespace.
+    removed += _as_runner(cfg, lambda: runnet.sweep(cfg, run_dir, dry_run))
     cutoff = time.time() - keep_days * 86400
     for sub in ("logs", "results"):
         removed += _sweep(run_dir, sub, cutoff, dry_run, tree=False)

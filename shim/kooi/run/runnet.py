@@ -1,0 +1,170 @@
+"""A run's own way to the host, on the rootless engine (issue 29, findings 6 and 7).
+
+Every container of the rootless engine reaches the host's loopback, where the egress
+proxy and the secrets injector listen, at one address (10.0.2.2, slirp4netns): on any
+port, so a workload could use the default proxy port or another run's (its refusals
+then in no result, or in another run's), and hold thousands of connections (Squid and
+slirp4netns at ~3000 descriptors each, measured). So each run's networks are bridges
+named after the run (`kr` + 8 hex digits of the run's id + the network's number: the
+run's own network is 0, the ones its workload creates through its broker 1-8), and in
+the engine's network namespace (the runner is root there, in rootlesskit's user
+namespace) one table says, per run:
+
+    from the run's bridges, to 10.0.2.2:
+        the run's proxy port and the injector's: at most MAX_CONNECTIONS at once
+        anything else: rejected (administratively prohibited)
+    from any other bridge (docker0, a bridge of no live run): rejected
+
+The rules go with the run (cleanup) or, for a run whose kooi run died, with `kooi gc`;
+the table goes with the engine's namespace when the engine stops. Image builds use
+the engine's own namespace (`network_mode: host`), which no bridge rule sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+from ..egress import NFT, ROOTLESS_HOST_LOOPBACK
+from ..hoststate.engine import EngineConfig
+
+TABLE = "kooi_runs"
+# Connections a run's containers hold to the host at once (the proxy's and the
+# injector's together): each is a descriptor in Squid or the injector and a socket in
+# slirp4netns, which every run shares.
+MAX_CONNECTIONS = 256
+# The run's network and the most its workload may create (broker.RunScope.max_networks).
+BRIDGES = 9
+
+
+class RunNetError(Exception):
+    """The engine's namespace cannot be given the run's rules; the message says what to do."""
+
+
+def _tag(run_id: str) -> str:
+    return hashlib.sha256(run_id.encode()).hexdigest()[:8]
+
+
+def bridge(run_id: str, n: int) -> str:
+    """The name of the run's Nth bridge (an interface name: at most 15 bytes)."""
+    return f"kr{_tag(run_id)}{n}"
+
+
+def _chain(run_id: str) -> str:
+    return f"run_{_tag(run_id)}"
+
+
+def applies(cfg: EngineConfig) -> bool:
+    return cfg.mode == "rootless"
+
+
+def _engine_pid(cfg: EngineConfig) -> str:
+    pid_file = Path(cfg.socket).parent / "docker.pid"
+    try:
+        pid = pid_file.read_text().strip()
+    except OSError as exc:
+        raise RunNetError(f"cannot read the rootless engine's pid from {pid_file} ({exc.strerror or exc}); "
+                          "`kooi engine status`") from None
+    if not pid.isdigit():
+        raise RunNetError(f"{pid_file} holds no pid")
+    return pid
+
+
+def _nft(cfg: EngineConfig, script: str, *args: str) -> str:
+    cmd = ["nsenter", "-U", "--preserve-credentials", "-n", "-t", _engine_pid(cfg), NFT, *args]
+    try:
+        r = subprocess.run(cmd, input=script, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RunNetError(f"nft in the engine's network namespace: {exc}") from None
+    if r.returncode != 0:
+        raise RunNetError(f"nft in the engine's network namespace failed: {r.stderr.strip()[-400:]}")
+    return r.stdout
+
+
+BASE = f"""table inet {TABLE} {{
+  map runs {{ type ifname : verdict; }}
+  chain forward {{ type filter hook forward priority -10; policy accept; }}
+  chain to_host {{ }}
+}}
+flush chain inet {TABLE} forward
+flush chain inet {TABLE} to_host
+add rule inet {TABLE} forward ip daddr {ROOTLESS_HOST_LOOPBACK} jump to_host
+add rule inet {TABLE} to_host iifname vmap @runs
+add rule inet {TABLE} to_host counter reject with icmpx admin-prohibited
+"""
+
+
+def pin(cfg: EngineConfig, run_id: str, ports: list[int], lock: str) -> None:
+    """From RUN_ID's bridges, the host only on PORTS, MAX_CONNECTIONS at once; LOCK (the
+    run's project lock) tells `kooi gc` whether the run lives."""
+    c = _chain(run_id)
+    plist = ", ".join(str(p) for p in sorted(set(ports)))
+    elems = ", ".join(f'"{bridge(run_id, n)}" : jump {c}' for n in range(BRIDGES))
+    script = BASE + f"""add chain inet {TABLE} {c} {{ comment "kooi run {run_id} {lock}"; }}
+flush chain inet {TABLE} {c}
+add rule inet {TABLE} {c} ct state established,related accept
+add rule inet {TABLE} {c} tcp dport {{ {plist} }} ct count over {MAX_CONNECTIONS} counter reject with tcp reset
+add rule inet {TABLE} {c} tcp dport {{ {plist} }} accept
+add rule inet {TABLE} {c} counter reject with icmpx admin-prohibited
+add element inet {TABLE} runs {{ {elems} }}
+"""
+    _nft(cfg, script, "-f", "-")
+
+
+def unpin(cfg: EngineConfig, run_id: str) -> None:
+    """RUN_ID's rules gone (none there: nothing to do)."""
+    c = _chain(run_id)
+    names = ", ".join(f'"{bridge(run_id, n)}"' for n in range(BRIDGES))
+    for script in (f"delete element inet {TABLE} runs {{ {names} }}\n", f"delete chain inet {TABLE} {c}\n"):
+        try:
+            _nft(cfg, script, "-f", "-")
+        except RunNetError as exc:
+            if "No such file or directory" not in str(exc):
+                raise
+
+
+def pinned(cfg: EngineConfig) -> dict[str, str]:
+    """The runs with rules in the engine's namespace: run id -> its project lock's name."""
+    try:
+        doc = json.loads(_nft(cfg, "", "-j", "list", "table", "inet", TABLE) or "{}")
+    except RunNetError as exc:
+        if "No such file or directory" in str(exc):
+            return {}
+        raise
+    except ValueError:
+        return {}
+    out = {}
+    for item in doc.get("nftables", []):
+        ch = item.get("chain") if isinstance(item, dict) else None
+        comment = str((ch or {}).get("comment", ""))
+        if comment.startswith("kooi run "):
+            parts = comment.split()
+            if len(parts) == 4:
+                out[parts[2]] = parts[3]
+    return out
+
+
+def sweep(cfg: EngineConfig, run_dir: Path, dry_run: bool = False) -> list[str]:
+    """`kooi gc`: the rules of runs whose kooi run died (no live process holds their
+    project's lock)."""
+    from .project import lock_held
+
+    if not applies(cfg):
+        return []
+    try:
+        runs = pinned(cfg)
+    except RunNetError as exc:
+        return [f"warning: the runs' ways to the host not swept: {exc}"]
+    out = []
+    for run_id, lock in sorted(runs.items()):
+        if "/" in lock or lock_held(run_dir / "locks" / lock):
+            continue
+        out.append(f"rules of run {run_id}'s way to the host")
+        if not dry_run:
+            try:
+                unpin(cfg, run_id)
+            except RunNetError as exc:
+                out[-1] += f" (not removed: {exc})"
+    return out
