@@ -103,6 +103,7 @@ MAP: dict[str, list[str]] = {
     "RUN-PROJECT-GUARD": [],
     "RUN-LIMITS": ["5.10", "5.11", "5.28"],
     "RUN-SECRETS-HIDDEN": [],
+    "RUN-EGRESS-OWN-WAY": [],
     "RUN-CLEANUP": [],
 }
 

@@ -193,6 +193,58 @@ def run_project_guard(host: Host, ctx: Context) -> Outcome:
                   "was removed; both listed")
 
 
+NETCHECK = "kooi-netcheck"
+NETCHECK_SCRIPT = """python3 - <<'KOOI_PY'
+import os, socket, urllib.parse
+u = urllib.parse.urlsplit(os.environ.get("HTTP_PROXY", ""))
+def reach(port):
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect((u.hostname, port))
+        return "connected"
+    except OSError as exc:
+        return f"refused({exc.errno})"
+    finally:
+        s.close()
+print(f"NETCHECK own={reach(u.port)} main={reach(MAIN)}")
+KOOI_PY
+"""
+
+
+@check("RUN-EGRESS-OWN-WAY", "a run's containers reach the host only on the run's own proxy port and the injector's "
+       "(rootless engine)",
+       "a workload using the main proxy port or another run's, its refusals in no run's result or in another's")
+def net_run_own_way(host: Host, ctx: Context) -> Outcome:
+    if (why := _available(host, ctx)) is not None:
+        return NA, why
+    if not ctx.engine.egress:
+        return NA, "this host has no egress control (kooi_egress_enabled: false)"
+    if ctx.engine.mode != "rootless":
+        return NA, "the userns-remap engine's runs are not yet told apart at the host's proxy ports (issue 29)"
+    eg = ctx.described(host, "egress")
+    if eg is None:
+        return FAIL, "egress control is meant to be on, but the host describes none: re-run site.yml (role egress)"
+    if not host.file(f"{paths.WORKFLOWS}/{NETCHECK}.yml").exists:
+        return FAIL, f"no {NETCHECK} workflow on this host: re-run site.yml (role shim)"
+    _script(host, ctx, NETCHECK_SCRIPT.replace("MAIN", str(int(eg.port))))
+    rc, res, out = _run(host, ctx, "runcheck-net", workflow=NETCHECK)
+    if res is None:
+        return FAIL, f"no JSON result (rc={rc}): {out.strip()[-200:]}"
+    text = ctx.runner_text(host, res.get("log"))
+    m = re.search(r"NETCHECK own=(\S+) main=(\S+)", text)
+    if m is None:
+        return FAIL, (f"the workload did not report (rc={rc}, reason {res.get('reason')}: {res.get('message')}; "
+                      f"its log ends {text.strip()[-160:]!r})")
+    own, main = m.groups()
+    if own != "connected":
+        return FAIL, f"the run could not reach its own proxy port ({own})"
+    if main == "connected":
+        return FAIL, (f"the run reached the main proxy port {eg.port}: its refusals would be in no run's result; "
+                      "re-run site.yml, then `kooi verify` again")
+    return PASS, f"the run reached its own proxy port; the main one ({eg.port}) was {main}"
+
+
 SECRETCHECK = "kooi-secretcheck"
 CANARY = "KOOI_CANARY=kooi-canary-a-plain-environment-value"
 
