@@ -446,3 +446,89 @@ def test_a_run_reaches_the_host_only_on_its_own_proxy_port_with_bounded_connecti
     assert out["own"] == "connected", out
     assert out["default"] != "connected" and out["other"] != "connected", out
     assert 200 <= out["held"] <= 256, out
+
+
+def _kooi_runs_table(host) -> str:
+    pid = Path(host["socket"]).with_name("docker.pid").read_text().strip()
+    return subprocess.run(["runuser", "-u", host["runner_user"], "--", "nsenter", "-U", "--preserve-credentials",
+                           "-n", "-t", pid, "nft", "list", "table", "inet", "kooi_runs"],
+                          capture_output=True, text=True).stdout
+
+
+def _slirp_fds(host) -> int:
+    out = subprocess.run(["pgrep", "-u", host["runner_user"], "-x", "slirp4netns"], capture_output=True,
+                         text=True).stdout.split()
+    assert out, "no slirp4netns of the runner's engine"
+    return sum(len(os.listdir(f"/proc/{p}/fd")) for p in out)
+
+
+def _own_address() -> str:
+    """This host's own first global IPv4 address: a datagram to it from a container stays
+    on the host (slirp4netns opens a socket for it; the host's rules reject it)."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True,
+                         text=True, check=True).stdout
+    m = re.search(r"inet (\d+\.\d+\.\d+\.\d+)/", out)
+    assert m, out
+    return m.group(1)
+
+
+UDP_FLOOD = """import socket, sys
+for i in range(3000):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.sendto(b"x", (sys.argv[1], 5353))
+    except OSError:
+        pass
+    s.close()
+print("KOOI-FLOOD-DONE", flush=True)
+"""
+
+
+def test_a_dead_run_keeps_no_port_and_leaves_no_rules_and_no_run_floods_slirp(host, wfdir, project, upstreams):
+    """The second review of the per-run way to the host: a run whose kooi run was killed
+    kept its container (to its deadline) and its rules, and the next run got the same
+    proxy port: the dead workload's refusals went into the new run's result; `kooi gc`
+    never removed the dead run's rules (it read chain comments from JSON that nft 1.0.6
+    does not write); and one run's UDP to anywhere (one datagram from each of 24000
+    sockets) filled slirp4netns's descriptors, cutting every run off the proxy."""
+    write_wf(wfdir, "egress-dead", {"command": ["sh", "-c", "echo PORT=$HTTP_PROXY; while true; do curl -s -o /dev/null "
+                                               "http://dead-run-marker.kooi.test/; sleep 0.5; done"],
+                                    "network": "proxy", "timeout": 300})
+    write_wf(wfdir, "egress-next", {"command": ["sh", "-c", "echo PORT=$HTTP_PROXY; sleep 4"], "network": "proxy",
+                                    "timeout": 60})
+    dead_proj = project("python-example")
+    env = {**os.environ, "KOOI_WORKFLOW_DIR": str(wfdir)}
+    out = Path("/var/tmp/kooi-e2e-egress-dead.out")
+    with out.open("w") as f:
+        proc = subprocess.Popen([KOOI, "run", "egress-dead", "--project", str(dead_proj)], stdout=f, stderr=f,
+                                env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while "PORT=" not in out.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        text = out.read_text()
+        assert "PORT=" in text, text
+        dead_port = re.search(r"PORT=http://[^:]+:(\d+)", text).group(1)
+        dead_id = re.search(r"run (\S+): workflow", text).group(1)
+        time.sleep(2)
+    finally:
+        proc.kill()
+        proc.wait()
+    _, nxt = kooi_run("egress-next", project("python-example"), wfdir)
+    assert nxt["egress"]["proxy"].rsplit(":", 1)[1] != dead_port, (dead_port, nxt["egress"])
+    assert not any("dead-run-marker" in r["host"] for r in nxt["egress"]["refused"]), nxt["egress"]
+    gc = subprocess.run([KOOI, "gc"], capture_output=True, text=True)
+    assert gc.returncode == 0, gc.stdout + gc.stderr
+    table = _kooi_runs_table(host)
+    assert f'kooi run {dead_id} ' not in table and "chain run_" not in table, table
+    # one run's UDP flood to a test host
+    proj = project("python-example")
+    (proj / "flood.py").write_text(UDP_FLOOD)
+    shutil.chown(proj / "flood.py", host["runner_user"], host["runner_user"])
+    write_wf(wfdir, "egress-flood", {"command": ["python3", "/workspace/flood.py", _own_address()],
+                                     "network": "proxy", "timeout": 120})
+    before = _slirp_fds(host)
+    res, result = kooi_run("egress-flood", proj, wfdir)
+    assert "KOOI-FLOOD-DONE" in res.stdout, res.stdout[-2000:] + res.stderr
+    grown = _slirp_fds(host) - before
+    assert grown < 100, f"slirp4netns holds {grown} more descriptors after one run's UDP flood"

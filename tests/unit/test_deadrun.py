@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -337,3 +338,25 @@ def test_a_dead_runs_project_moved_into_another_is_finished_before_its_snapshot(
     result = json.loads((rd / "results/r1.json").read_text())
     assert ".envrc" in {r["path"] for r in result["project_guard"]["refused"]}, result
     assert any("r1" in w for w in res.warnings), res.warnings
+
+
+def test_a_record_whose_project_is_gone_waits_then_goes_with_a_result(repo, tmp_path):
+    """gc keeps a record whose project is not where it was (a run on it where it is now
+    finishes it), and drops it, with a result that says so, once it waited longer than
+    logs and results are kept."""
+    rd = run_dir(tmp_path / "runs")
+    g = Guard(repo)
+    g.snapshot()
+    g.snapshot_watched()
+    path = deadrun.keep(rd, g, Result(workflow="w", run_id="r1", project=str(repo), mode="jail", start="t"))
+    import shutil
+
+    shutil.rmtree(repo)
+    said = deadrun.finish_all(rd, None, keep_days=14)
+    assert path.exists() and any("not there now" in s for s in said), said
+    old = time.time() - 15 * 86400
+    os.utime(path, (old, old))
+    said = deadrun.finish_all(rd, None, keep_days=14)
+    assert not path.exists() and any("dropped without a check" in s for s in said), said
+    result = json.loads((rd / "results/r1.json").read_text())
+    assert result["reason"] == "interrupted" and "not found" in result["message"], result

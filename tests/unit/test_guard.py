@@ -576,3 +576,52 @@ def test_a_pack_the_workload_wrote_is_verified(repo, tmp_path_factory):
     refused = {r["path"]: r["change"] for r in rec["refused"]}
     assert f".git/objects/pack/{bad.name}" in refused and not bad.exists(), rec
     assert all(p.exists() for p in packs[:-1])
+
+
+def test_history_hidden_under_other_names_and_flags_is_refused(repo, tmp_path_factory):
+    """The second review of the history check: git loads every *.idx in objects/pack
+    whatever its name (a forged pack named evil.pack was never verified); a replace ref
+    packed into packed-refs; the index's assume-unchanged and skip-worktree flags, which
+    hide a changed file from the host's `git status` and `git diff`; a `shallow` file
+    that cuts the history short."""
+    (repo / "b.txt").write_text("b\n")
+    (repo / "c.txt").write_text("c\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    (repo / "b.txt").write_text("b2\n")
+    git(repo, "commit", "-qam", "two")
+    b = git(repo, "rev-parse", "HEAD:b.txt").strip()
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    env = {**GIT_ENV, "GIT_DIR": str(view), "GIT_WORK_TREE": str(repo)}
+
+    def w(*args: str, input: str | None = None) -> str:
+        return subprocess.run(["git", *args], cwd=repo, env=env, input=input, check=True, capture_output=True,
+                              text=True).stdout.strip()
+    # a valid pack, under a name git loads but kooi's pack check did not look at
+    evil = w("hash-object", "-w", "--stdin", input="EVIL-b\n")
+    w("pack-objects", "-q", str(view / "objects/pack/evil"), input=evil + "\n")
+    # a replace ref, packed
+    w("replace", b, evil)
+    w("pack-refs", "--all")
+    assert not list((repo / ".git/refs/replace").glob("*"))
+    # a changed file hidden by the index's flags
+    (repo / "c.txt").write_text("EVIL-c\n")
+    w("update-index", "--assume-unchanged", "c.txt")
+    (repo / "src.txt").write_text("EVIL-src\n")
+    w("update-index", "--skip-worktree", "src.txt")
+    hidden = w("status", "--porcelain")
+    assert "c.txt" not in hidden and "src.txt" not in hidden, hidden
+    # the history cut short
+    (view / "shallow").write_text(w("rev-parse", "HEAD") + "\n")
+    rec = g.check()
+    refused = {r["path"]: r["change"] for r in rec["refused"]}
+    assert any(p.startswith(".git/objects/pack/evil") for p in refused), rec
+    assert ".git/packed-refs" in refused and ".git/index" in refused and ".git/shallow" in refused, rec
+    assert not list((repo / ".git/objects/pack").glob("evil*"))
+    assert git(repo, "show", "HEAD:b.txt") == "b2\n"
+    assert "refs/replace" not in (repo / ".git/packed-refs").read_text()
+    status = git(repo, "status", "--porcelain")
+    assert " M c.txt" in status and " M src.txt" in status, status
+    assert git(repo, "log", "--format=%s").split() == ["two", "one"]

@@ -23,6 +23,7 @@ from ..hoststate.egress import EgressConfig
 from ..hoststate.engine import EngineConfig
 from ..hoststate.secrets import SecretsConfig
 from ..workflow import Workflow
+from . import runnet
 from .errors import Log, Result, refused, unavailable
 from .guard import Guard, GuardError
 
@@ -104,13 +105,22 @@ class RunContext:
 
     def _hold_run_port(self, eg: EgressConfig) -> None:
         """Hold a per-run proxy port (a lock for as long as the run lasts), so the
-        proxy's log tells this run's requests from any other's."""
+        proxy's log tells this run's requests from any other's; none a dead run's rules
+        still name (run.runnet)."""
         import fcntl
 
         from .. import egress
 
         self.proxy_port = eg.port
+        taken: set[int] = set()
+        if runnet.applies(self.cfg):
+            try:
+                taken = runnet.ports_in_use(self.cfg)
+            except runnet.RunNetError as exc:
+                self.res.warn(self.log, f"egress: cannot read the runs' ways to the host ({exc})")
         for port in range(eg.run_port_first, eg.run_port_first + eg.run_port_count):
+            if port in taken:
+                continue  # a dead run's, whose container may still use it (run.runnet)
             fd = os.open(self.run_dir / "locks" / f"egress-port-{port}.lock", os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -34,6 +34,7 @@ import fcntl
 import json
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +202,9 @@ def finish_held(run_dir: Path, project: Path, cfg: EngineConfig | None, log: Log
     records are read now, not before waiting for the lock: a run that took the lock first
     may have written its record, and died, while this one waited."""
     own, above = lock_names(project)
-    for path, doc in _records(run_dir):
+    records = _records(run_dir)
+    moved: dict[Path, Path] | None = None
+    for path, doc in records:
         if doc is None:
             if path == record_path(run_dir, project):
                 raise refused(f"{path} is a dead run's record kooi cannot read: check {project} for what its "
@@ -211,7 +214,9 @@ def finish_held(run_dir: Path, project: Path, cfg: EngineConfig | None, log: Log
         if not _related(doc, own, above) and path != record_path(run_dir, project):
             # A dead run's project moved into this one since (mv A B/A): found by its
             # identity, finished where it is now before this run's snapshot takes it.
-            near = _moved_inside(run_dir, doc, project)
+            if moved is None:
+                moved = _moved_inside(run_dir, records, project)
+            near = moved.get(path)
             if near is None:
                 continue
         said = finish(path, doc, cfg, log, f"run {res.run_id}", near=near)
@@ -219,25 +224,35 @@ def finish_held(run_dir: Path, project: Path, cfg: EngineConfig | None, log: Log
             res.warn(log, said)
 
 
-def _moved_inside(run_dir: Path, doc: dict[str, Any], project: Path) -> Path | None:
-    """Where inside PROJECT the project of DOC, a dead run's not where it was, is now."""
+def _moved_inside(run_dir: Path, records: list[tuple[Path, dict[str, Any] | None]],
+                  project: Path) -> dict[Path, Path]:
+    """Where inside PROJECT the projects of dead runs that are not where they were are
+    now (record -> path): one walk of PROJECT, only when there is such a record."""
     from .project import lock_held
 
-    r_own, _ = _locks_of(doc)
-    if any(lock_held(run_dir / "locks" / n) for n in r_own):
-        return None  # a live run's
-    ident = dirid.DirId.from_json(doc.get("identity"))
-    if ident is None or ident.btime is None or _locate(doc, None)[0] is not None:
-        return None
+    want: dict[tuple[int, int], list[tuple[Path, dirid.DirId]]] = {}
+    for path, doc in records:
+        if doc is None:
+            continue
+        ident = dirid.DirId.from_json(doc.get("identity"))
+        if ident is None or ident.btime is None:
+            continue
+        r_own, _ = _locks_of(doc)
+        if any(lock_held(run_dir / "locks" / n) for n in r_own) or _locate(doc, None)[0] is not None:
+            continue  # a live run's, or where it was
+        want.setdefault((ident.dev, ident.ino), []).append((path, ident))
+    found: dict[Path, Path] = {}
+    if not want:
+        return found
     budget = [MAX_SEARCH]
     stack = [project]
-    while stack and budget[0] > 0:
+    while stack and budget[0] > 0 and len(found) < sum(map(len, want.values())):
         d = stack.pop()
         try:
-            it = list(os.scandir(d))
+            entries = list(os.scandir(d))
         except OSError:
             continue
-        for e in it:
+        for e in entries:
             budget[0] -= 1
             try:
                 if not e.is_dir(follow_symlinks=False):
@@ -245,19 +260,21 @@ def _moved_inside(run_dir: Path, doc: dict[str, Any], project: Path) -> Path | N
                 st = e.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if (st.st_dev, st.st_ino) == (ident.dev, ident.ino):
+            for path, ident in want.get((st.st_dev, st.st_ino), []):
                 try:
                     if ident.same(dirid.of(e.path)):
-                        return Path(e.path)
+                        found[path] = Path(e.path)
                 except OSError:
                     pass
             stack.append(Path(e.path))
-    return None
+    return found
 
 
-def finish_all(run_dir: Path, cfg: EngineConfig | None, dry_run: bool = False) -> list[str]:
+def finish_all(run_dir: Path, cfg: EngineConfig | None, dry_run: bool = False,
+               keep_days: float | None = None) -> list[str]:
     """`kooi gc`: finish every dead run whose project is where it was and no live run
-    holds; say which records wait for a run on a project that moved."""
+    holds; say which records wait for a run on a project that moved, and drop (with a
+    result that says so) those that waited longer than KEEP_DAYS, like logs and results."""
     out = []
     log = Log(None, None)
     for path, doc in _records(run_dir):
@@ -274,7 +291,14 @@ def finish_all(run_dir: Path, cfg: EngineConfig | None, dry_run: bool = False) -
             if not path.exists():
                 continue
             if where is None and not deleted:
-                out.append(f"warning: {_not_there(path, doc)}")
+                age = time.time() - path.stat().st_mtime
+                if keep_days is None or age < keep_days * 86400:
+                    out.append(f"warning: {_not_there(path, doc)}")
+                    continue
+                if not dry_run:
+                    _expire(path, doc, age)
+                out.append(f"record of run {doc.get('run_id')} (its project {doc.get('project')} not found for "
+                           f"{age / 86400:.0f} days: dropped without a check; its result says so)")
                 continue
             if dry_run:
                 out.append(f"would finish the project check of run {doc['run_id']} on {doc['project']}, whose "
@@ -288,6 +312,19 @@ def finish_all(run_dir: Path, cfg: EngineConfig | None, dry_run: bool = False) -
         finally:
             lock.release()
     return out
+
+
+def _expire(path: Path, doc: dict[str, Any], age: float) -> None:
+    run_id = str(doc.get("run_id", ""))
+    res = Result(workflow=str(doc.get("workflow", "")), run_id=run_id, project=str(doc.get("project", "")),
+                 mode=str(doc.get("mode", "")), isolation=str(doc.get("isolation", "")),
+                 start=str(doc.get("start", "")), log=str(doc.get("log", "")))
+    res.end, res.exit_code, res.reason = now(), 137, "interrupted"
+    res.message = (f"kooi run died during the run without a result; its project was not found at "
+                   f"{doc.get('project')} for {age / 86400:.0f} days (moved, unmounted or deleted), so kooi gc "
+                   "dropped its record without checking what its workload left")
+    _write_result(path.parent.parent / "results" / f"{run_id}.json", res)
+    drop(path)
 
 
 def _not_there(path: Path, doc: dict[str, Any]) -> str:

@@ -541,10 +541,21 @@ def _remove_at(dir_fd: int, name: str) -> None:
         os.unlink(name, dir_fd=dir_fd)
 
 
-def index_problem(data: bytes) -> str | None:
-    """Why git's index DATA must not reach the host (an entry whose path has a `.git`
-    component, in any case, or is not a relative path: a `git restore` on the host would
-    write it into the git directory), or None. Index versions 2 to 4, SHA-1 or SHA-256."""
+# An index entry's flags that make the host's git skip comparing the file with the work
+# tree: assume-unchanged (CE_VALID) and, in the extended flags, skip-worktree.
+_CE_VALID, _CE_EXTENDED, _CE_SKIP_WORKTREE = 0x8000, 0x4000, 0x4000
+
+
+def index_hidden(data: bytes) -> set[bytes] | None:
+    """The paths of git's index DATA that the host's `git status` and `git diff` do not
+    compare with the work tree (assume-unchanged, skip-worktree); None: unreadable."""
+    out: set[bytes] = set()
+    return out if _index_walk(data, out) is None else None
+
+
+def _index_walk(data: bytes, hidden: set[bytes] | None = None) -> str | None:
+    """Walk git's index DATA: why it must not reach the host, or None; HIDDEN gets the
+    paths whose flags hide them from the host's git."""
     if len(data) < 12 or data[:4] != b"DIRC":
         return "not an index"
     version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
@@ -552,12 +563,15 @@ def index_problem(data: bytes) -> str | None:
         return f"index version {version}"
     for hashlen in (20, 32):
         pos, prev, bad = 12, b"", None
+        found: set[bytes] = set()
         try:
             for _ in range(count):
                 start = pos
                 flags = int.from_bytes(data[pos + 40 + hashlen:pos + 42 + hashlen], "big")
                 pos += 42 + hashlen
-                if version >= 3 and flags & 0x4000:
+                ext = 0
+                if version >= 3 and flags & _CE_EXTENDED:
+                    ext = int.from_bytes(data[pos:pos + 2], "big")
                     pos += 2
                 if version == 4:
                     strip, shift = 0, 0
@@ -577,6 +591,8 @@ def index_problem(data: bytes) -> str | None:
                     path = data[pos:end]
                     pos = start + ((end - start) // 8 + 1) * 8
                 prev = path
+                if flags & _CE_VALID or ext & _CE_SKIP_WORKTREE:
+                    found.add(path)
                 parts = path.split(b"/")
                 if path.startswith(b"/") or any(p in (b"", b".", b"..") or p.lower() == b".git" for p in parts):
                     bad = path.decode(errors="replace")[:200]
@@ -585,8 +601,31 @@ def index_problem(data: bytes) -> str | None:
                 continue
         except (IndexError, ValueError):
             continue
+        if hidden is not None:
+            hidden |= found
         return f"an entry at {bad!r}" if bad is not None else None
     return "the index cannot be read"
+
+
+def index_problem(data: bytes) -> str | None:
+    """Why git's index DATA must not reach the host (an entry whose path has a `.git`
+    component, in any case, or is not a relative path: a `git restore` on the host would
+    write it into the git directory), or None. Index versions 2 to 4, SHA-1 or SHA-256."""
+    return _index_walk(data)
+
+
+def _read_at(dir_fd: int, name: str) -> bytes:
+    """NAME in DIR_FD (never through a link), up to MAX_DATA_BYTES; b"" where it is none."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return b""
+    with os.fdopen(fd, "rb") as f:
+        return f.read(MAX_DATA_BYTES)
+
+
+def _lines(data: bytes, pattern: bytes) -> set[bytes]:
+    return {ln.strip() for ln in data.splitlines() if re.match(pattern, ln.strip())}
 
 
 def _loose_problem(dir_fd: int, name: str, oid: str, budget: list[int]) -> str | None:
@@ -1071,7 +1110,10 @@ class Guard:
                 if _fingerprint(real_fd, name) != was_real:
                     warnings.append(f"{t.git}/{name} changed on the host while the run ran: the run's is dropped")
                     continue
-                why = self._data_refusal(copy_fd, name, now)
+                if name == "packed-refs" and now is not None and now[0] == "file" \
+                        and self._strip_replace_refs(t, copy_fd, real_fd):
+                    now = _fingerprint(copy_fd, name, content=True)
+                why = self._data_refusal(copy_fd, real_fd, name, now)
                 if why is not None:
                     t.refused.append({"path": f"{t.git}/{name}", "change": why, "how": "shadowed"})
                     continue
@@ -1096,9 +1138,33 @@ class Guard:
             os.close(real_fd)
         return warnings
 
+    def _strip_replace_refs(self, t: Throwaway, copy_fd: int, real_fd: int) -> bool:
+        """Replace refs the workload packed into packed-refs (`git replace`, then `git
+        pack-refs`): git would show another object in the history's place. Taken out of
+        the run's packed-refs (its other refs, which pack-refs removed from refs/, stay),
+        listed; True when any was."""
+        pat = rb"^[0-9a-f]{40,64} refs/replace/"
+        data = _read_at(copy_fd, "packed-refs")
+        new = _lines(data, pat) - _lines(_read_at(real_fd, "packed-refs"), pat)
+        if not new:
+            return False
+        keep = [ln for ln in data.splitlines(keepends=True) if ln.strip() not in new]
+        tmp = ".kooi-packed-refs.new"
+        _remove_at(copy_fd, tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=copy_fd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"".join(keep))
+        os.rename(tmp, "packed-refs", src_dir_fd=copy_fd, dst_dir_fd=copy_fd)
+        for ln in sorted(new):
+            t.refused.append({"path": f"{t.git}/packed-refs", "change": "a replace ref "
+                              f"({ln.split(b' ', 1)[1].decode(errors='replace')[:120]}: git would show another "
+                              "object in the history's place): taken out", "how": "put back"})
+        return True
+
     @staticmethod
-    def _data_refusal(copy_fd: int, name: str, now: Fingerprint | None) -> str | None:
-        """Why git's data file NAME as the workload left it (NOW) is not copied back."""
+    def _data_refusal(copy_fd: int, real_fd: int, name: str, now: Fingerprint | None) -> str | None:
+        """Why git's data file NAME as the workload left it (NOW, in COPY_FD) is not
+        copied back over the project's (in REAL_FD, as it was when the run started)."""
         if name in NOT_COPIED_BACK:
             return "state a host's git would act on (`git rebase --continue` runs its exec lines): not copied back"
         if now is None:
@@ -1120,6 +1186,16 @@ class Guard:
                 os.close(fd)
             if problem is not None:
                 return f"{problem}: kept the project's"
+            before = index_hidden(_read_at(real_fd, name))
+            after = index_hidden(_read_at(copy_fd, name)) or set()
+            new = sorted(after - (before or set()))
+            if new:
+                return (f"entries flagged assume-unchanged or skip-worktree ({', '.join(p.decode(errors='replace') for p in new[:3])}"
+                        "): the host's `git status` and `git diff` would not show their changes; kept the project's")
+        if name == "shallow" and now[0] == "file":
+            if _lines(_read_at(copy_fd, name), rb"^[0-9a-f]{40,64}$") - _lines(_read_at(real_fd, name),
+                                                                              rb"^[0-9a-f]{40,64}$"):
+                return "commits marked shallow (the host's git would show the history cut short): kept the project's"
         return None
 
     def _check_bound(self, t: Throwaway) -> None:
@@ -1210,9 +1286,12 @@ class Guard:
             m = _PACK_NAME.fullmatch(f.name)
             fresh = self._new(f.stat(follow_symlinks=False))
             if m is None:
-                if fresh and f.name.startswith("multi-pack-index"):
-                    self._refuse(t, fd, f.name, f"{rel}/{f.name}", "changed by the workload: a cache git rebuilds, "
-                                                                  "removed (kooi cannot verify it)")
+                if fresh:
+                    # git loads every *.idx here whatever its name (a forged pack named
+                    # evil.pack), and trusts the multi-pack-index: none is git's own pack.
+                    self._refuse(t, fd, f.name, f"{rel}/{f.name}", "changed by the workload: not a pack git names "
+                                 "(pack-<hash>) or a cache git rebuilds; git would read objects from it unverified: "
+                                 "removed")
                 continue
             stems.setdefault(m.group(1), []).append(f.name)
             if fresh:

@@ -26,7 +26,7 @@ def gc(run_dir: Path, engine_config: Path | None = None, dry_run: bool = False,
     cfg = engine_state.load(engine_config or engine_state.PATH)
     # First the runs whose kooi run died: their containers go, then their checks run
     # (run.deadrun), before anyone takes what their workloads left for the project's.
-    removed: list[str] = _as_runner(cfg, lambda: deadrun.finish_all(run_dir, cfg, dry_run))
+    removed: list[str] = _as_runner(cfg, lambda: deadrun.finish_all(run_dir, cfg, dry_run, keep_days))
     client = engine.client(cfg, timeout=30, version=None)
     locks = run_dir / "locks"
     live_runs = {f.name for f in (locks.glob("*.lock") if locks.is_dir() else []) if lock_held(f)}

@@ -14,8 +14,14 @@ namespace) one table says, per run:
         the run's proxy port and the injector's: at most MAX_CONNECTIONS at once
         anything else: rejected (administratively prohibited)
     from any other bridge (docker0, a bridge of no live run): rejected
+    from the run's bridges to anywhere else (past its own bridges): rejected, before
+        slirp4netns opens a socket for it (one run's UDP to 24000 destinations had
+        filled its descriptors, cutting every run off the proxy)
 
-The rules go with the run (cleanup) or, for a run whose kooi run died, with `kooi gc`;
+A run's proxy port is not given to another run while a run's rules name it (a run
+whose kooi run died keeps its container to its deadline: its refusals would go into
+the next run's result). The rules go with the run (cleanup) or, for a run whose kooi
+run died, with `kooi gc`;
 the table goes with the engine's namespace when the engine stops. Image builds use
 the engine's own namespace (`network_mode: host`), which no bridge rule sees.
 """
@@ -23,7 +29,7 @@ the engine's own namespace (`network_mode: host`), which no bridge rule sees.
 from __future__ import annotations
 
 import hashlib
-import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -91,6 +97,7 @@ BASE = f"""table inet {TABLE} {{
 flush chain inet {TABLE} forward
 flush chain inet {TABLE} to_host
 add rule inet {TABLE} forward ip daddr {ROOTLESS_HOST_LOOPBACK} jump to_host
+add rule inet {TABLE} forward iifname "kr*" oifname != "kr*" counter reject with icmpx admin-prohibited
 add rule inet {TABLE} to_host iifname vmap @runs
 add rule inet {TABLE} to_host counter reject with icmpx admin-prohibited
 """
@@ -125,25 +132,36 @@ def unpin(cfg: EngineConfig, run_id: str) -> None:
                 raise
 
 
-def pinned(cfg: EngineConfig) -> dict[str, str]:
-    """The runs with rules in the engine's namespace: run id -> its project lock's name."""
+_CHAIN = re.compile(r"^\s*chain (run_[0-9a-f]{8}) \{\n(.*?)^\s*\}", re.M | re.S)
+_COMMENT = re.compile(r'^\s*comment "kooi run (\S+) (\S+)"', re.M)
+_PORTS = re.compile(r"tcp dport (\{[^}]*\}|\d+) accept")
+
+
+def pinned(cfg: EngineConfig) -> dict[str, tuple[str, set[int]]]:
+    """The runs with rules in the engine's namespace: run id -> (its project lock's
+    name, the ports its bridges reach). From nft's text: its JSON leaves out the chains'
+    comments (nft 1.0.6)."""
     try:
-        doc = json.loads(_nft(cfg, "", "-j", "list", "table", "inet", TABLE) or "{}")
+        text = _nft(cfg, "", "list", "table", "inet", TABLE)
     except RunNetError as exc:
         if "No such file or directory" in str(exc):
             return {}
         raise
-    except ValueError:
-        return {}
     out = {}
-    for item in doc.get("nftables", []):
-        ch = item.get("chain") if isinstance(item, dict) else None
-        comment = str((ch or {}).get("comment", ""))
-        if comment.startswith("kooi run "):
-            parts = comment.split()
-            if len(parts) == 4:
-                out[parts[2]] = parts[3]
+    for m in _CHAIN.finditer(text):
+        c = _COMMENT.search(m.group(2))
+        if c is None:
+            continue
+        ports = {int(p) for spec in _PORTS.findall(m.group(2)) for p in re.findall(r"\d+", spec)}
+        out[c.group(1)] = (c.group(2), ports)
     return out
+
+
+def ports_in_use(cfg: EngineConfig) -> set[int]:
+    """The ports some run's bridges reach: a run whose kooi run died keeps its container
+    (to its deadline) and its rules until it is finished, and its port stays its own
+    until then (else its workload's refusals would go into the next run's result)."""
+    return {p for _, ports in pinned(cfg).values() for p in ports}
 
 
 def sweep(cfg: EngineConfig, run_dir: Path, dry_run: bool = False) -> list[str]:
@@ -158,7 +176,7 @@ def sweep(cfg: EngineConfig, run_dir: Path, dry_run: bool = False) -> list[str]:
     except RunNetError as exc:
         return [f"warning: the runs' ways to the host not swept: {exc}"]
     out = []
-    for run_id, lock in sorted(runs.items()):
+    for run_id, (lock, _) in sorted(runs.items()):
         if "/" in lock or lock_held(run_dir / "locks" / lock):
             continue
         out.append(f"rules of run {run_id}'s way to the host")
