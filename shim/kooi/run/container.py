@@ -215,7 +215,8 @@ class ContainerBackend:
         if own_way:
             ports = [ctx.proxy_port] + ([ctx.secrets.injector.port] if self.registered and ctx.secrets else [])
             try:
-                runnet.pin(cfg, ctx.run_id, ports, labels.lock_key(str(ctx.project)))
+                assert eg is not None
+                runnet.pin(cfg, ctx.run_id, ports, labels.lock_key(str(ctx.project)), eg.port)
             except runnet.RunNetError as exc:
                 raise unavailable(f"egress: {exc}") from None
             self.pinned = True

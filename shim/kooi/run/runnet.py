@@ -13,7 +13,9 @@ namespace) one table says, per run:
     from the run's bridges, to 10.0.2.2:
         the run's proxy port and the injector's: at most MAX_CONNECTIONS at once
         anything else: rejected (administratively prohibited)
-    from any other bridge (docker0, a bridge of no live run): rejected
+    from a bridge of no live run: rejected
+    from any other bridge (docker0, where no run's workload is: the broker puts every
+        container of a run on the run's networks): the main proxy port only
     from the run's bridges to anywhere else (past its own bridges): rejected, before
         slirp4netns opens a socket for it (one run's UDP to 24000 destinations had
         filled its descriptors, cutting every run off the proxy)
@@ -89,7 +91,8 @@ def _nft(cfg: EngineConfig, script: str, *args: str) -> str:
     return r.stdout
 
 
-BASE = f"""table inet {TABLE} {{
+def _base(main_port: int) -> str:
+    return f"""table inet {TABLE} {{
   map runs {{ type ifname : verdict; }}
   chain forward {{ type filter hook forward priority -10; policy accept; }}
   chain to_host {{ }}
@@ -99,17 +102,22 @@ flush chain inet {TABLE} to_host
 add rule inet {TABLE} forward ip daddr {ROOTLESS_HOST_LOOPBACK} jump to_host
 add rule inet {TABLE} forward iifname "kr*" oifname != "kr*" counter reject with icmpx admin-prohibited
 add rule inet {TABLE} to_host iifname vmap @runs
+add rule inet {TABLE} to_host iifname "kr*" counter reject with icmpx admin-prohibited
+add rule inet {TABLE} to_host ct state established,related accept
+add rule inet {TABLE} to_host tcp dport {int(main_port)} accept
 add rule inet {TABLE} to_host counter reject with icmpx admin-prohibited
 """
 
 
-def pin(cfg: EngineConfig, run_id: str, ports: list[int], lock: str) -> None:
+def pin(cfg: EngineConfig, run_id: str, ports: list[int], lock: str, main_port: int) -> None:
     """From RUN_ID's bridges, the host only on PORTS, MAX_CONNECTIONS at once; LOCK (the
-    run's project lock) tells `kooi gc` whether the run lives."""
+    run's project lock) tells `kooi gc` whether the run lives. Other bridges (docker0:
+    no run's workload is there, the broker puts its containers on the run's networks)
+    keep the main proxy port MAIN_PORT only."""
     c = _chain(run_id)
     plist = ", ".join(str(p) for p in sorted(set(ports)))
     elems = ", ".join(f'"{bridge(run_id, n)}" : jump {c}' for n in range(BRIDGES))
-    script = BASE + f"""add chain inet {TABLE} {c} {{ comment "kooi run {run_id} {lock}"; }}
+    script = _base(main_port) + f"""add chain inet {TABLE} {c} {{ comment "kooi run {run_id} {lock}"; }}
 flush chain inet {TABLE} {c}
 add rule inet {TABLE} {c} ct state established,related accept
 add rule inet {TABLE} {c} tcp dport {{ {plist} }} ct count over {MAX_CONNECTIONS} counter reject with tcp reset
