@@ -1,7 +1,8 @@
 """Egress from the engine's containers, end to end between two test hosts.
 
-The engine host runs a container as the runner (default bridge, the way a workload or
-a Testcontainers container runs); the peer, another test host on the scenario's
+The engine host runs a container as the runner on the default bridge (a run's own
+containers are on bridges of the run's, which reach the host only on the run's ports:
+tests/e2e/test_egress.py; docker0 keeps the main proxy port); the peer, another test host on the scenario's
 network, serves HTTP on a port this test opens. Root on the engine host reaches the
 peer (the path exists: negative control); the container does not, neither the peer
 nor another port of its own host; it reaches only the egress proxy, which answers.
