@@ -58,13 +58,7 @@ def record_path(run_dir: Path, project: Path) -> Path:
 
 def _save(path: Path, doc: dict[str, Any]) -> None:
     """DOC at PATH, whole or not at all (a kill half-way leaves the last one)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_result(path, json.dumps(doc), mode=0o600)
 
 
 def _follow(path: Path, doc: dict[str, Any], guard: Guard) -> None:
@@ -476,11 +470,12 @@ def _remove_containers(cfg: EngineConfig | None, run_id: str) -> list[str]:
         raise unavailable(f"{why}: {exc}") from None
 
 
-def write_result(path: Path, doc: str, replace: bool = True) -> None:
-    """A run's result, whole or not at all (a kill half-way leaves none, never half of
-    one); REPLACE False: one already there is kept (kooi run wrote it after all)."""
+def write_result(path: Path, doc: str, replace: bool = True, mode: int = 0o640) -> None:
+    """A run's result (or record), whole or not at all (a kill half-way leaves none,
+    never half of one); REPLACE False: one already there is kept (kooi run wrote it
+    after all)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o640)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(doc)

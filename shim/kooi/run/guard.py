@@ -1178,17 +1178,11 @@ class Guard:
             if now[0] != "file" or not _HEAD_RE.match(head):
                 return "not a branch or a commit: kept the project's"
         if (name == "index" or name.startswith("sharedindex.")) and now[0] == "file":
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=copy_fd)
-            try:
-                with os.fdopen(os.dup(fd), "rb") as f:
-                    problem = index_problem(f.read(MAX_DATA_BYTES))
-            finally:
-                os.close(fd)
+            after: set[bytes] = set()
+            problem = _index_walk(_read_at(copy_fd, name), after)  # read once: its paths and its flags
             if problem is not None:
                 return f"{problem}: kept the project's"
-            before = index_hidden(_read_at(real_fd, name))
-            after = index_hidden(_read_at(copy_fd, name)) or set()
-            new = sorted(after - (before or set()))
+            new = sorted(after - (index_hidden(_read_at(real_fd, name)) or set()))
             if new:
                 return (f"entries flagged assume-unchanged or skip-worktree ({', '.join(p.decode(errors='replace') for p in new[:3])}"
                         "): the host's `git status` and `git diff` would not show their changes; kept the project's")
