@@ -4,6 +4,8 @@ engine, and the jail's start-up cost. Not a test: it asserts nothing.
 Side by side, alternating (so drift hits every variant), after one warm-up each:
   container/kooi   kooi run (container mode, command `true`), as root dropping to the runner
   container/docker docker run --rm with the same confinement flags, as the runner
+  proxy/kooi       kooi run (container mode, `network: proxy`, command `true`): what a
+                   run's egress costs (its own port, and on rootless its own network and rules)
   jail/kooi        kooi run (jail mode, command `true`)
   jail/bwrap       the same bubblewrap command line, run directly
   bare             /bin/true
@@ -42,6 +44,9 @@ def main() -> None:
     wfdir = Path(tempfile.mkdtemp(prefix="kooi-bench-", dir="/var/tmp"))
     os.chmod(wfdir, 0o755)
     (wfdir / "bench-container.yml").write_text(yaml.safe_dump({"command": ["true"], "timeout": 60}))
+    if Path("/etc/kooi/egress.json").exists():
+        (wfdir / "bench-proxy.yml").write_text(yaml.safe_dump({"command": ["true"], "timeout": 60,
+                                                                "network": "proxy"}))
     (wfdir / "bench-jail.yml").write_text(yaml.safe_dump({"mode": "jail", "command": ["true"], "timeout": 60}))
     project = Path(e["runner_home"]) / "kooi-bench-project"
     project.mkdir(exist_ok=True)
@@ -67,6 +72,8 @@ def main() -> None:
         "jail/bwrap": (bwrap, None),
         "bare": (["true"], None),
     }
+    if (wfdir / "bench-proxy.yml").exists():
+        variants["proxy/kooi"] = (["kooi", "run", "bench-proxy", "--project", str(project), "--quiet"], env)
     for cmd, ev in variants.values():
         timed(cmd, ev)
     samples: dict[str, list[float]] = {k: [] for k in variants}
@@ -96,6 +103,8 @@ def main() -> None:
         "ratio_kooi_jail_over_bwrap_true": round(med["jail/kooi"] / med["jail/bwrap"], 3),
         "bwrap_startup_s": round(med["jail/bwrap"] - med["bare"], 4),
     }
+    if "proxy/kooi" in med:
+        report["ratio_kooi_proxy_over_kooi_true"] = round(med["proxy/kooi"] / med["container/kooi"], 3)
     if maven["maven/kooi"]:
         report["ratio_kooi_over_docker_run_maven"] = round(med["maven/kooi"] / med["maven/docker"], 3)
     print(json.dumps(report, indent=2))
