@@ -145,9 +145,9 @@ def test_image_checks_apply_exactly_where_an_image_is_pinned(host, ctx, baseline
     # ID-APPARMOR is n/a on these test hosts whatever the image: their kernel has no
     # AppArmor; RUN-SECRETS-HIDDEN wherever the host holds no inject secrets;
     # ID-GVISOR-KERNEL wherever the engine has no gVisor.
-    # RUN-EGRESS-OWN-WAY where the engine is not rootless or the host has no egress control.
+    # RUN-EGRESS-OWN-WAY where the host has no egress control.
     other = ("ID-APPARMOR", "RUN-SECRETS-HIDDEN") + (() if ctx.engine.gvisor else ("ID-GVISOR-KERNEL",)) \
-        + (() if ctx.engine.mode == "rootless" and ctx.engine.egress else ("RUN-EGRESS-OWN-WAY",))
+        + (() if ctx.engine.egress else ("RUN-EGRESS-OWN-WAY",))
     status = {i: c["status"] for i, c in baseline.items()
               if i.startswith(("IMG-", "ID-", "RUN-")) and i not in other}
     assert len(status) == len([c for c in CHECKS if c.id.startswith(("IMG-", "ID-", "RUN-"))

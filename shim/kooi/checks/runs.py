@@ -207,42 +207,45 @@ def reach(port):
         return f"refused({exc.errno})"
     finally:
         s.close()
-print(f"NETCHECK own={reach(u.port)} main={reach(MAIN)}")
+other = next(p for p in (FIRST, FIRST + 1) if p != u.port)
+print(f"NETCHECK own={reach(u.port)} main={reach(MAIN)} other={reach(other)}")
 KOOI_PY
 """
 
 
 @check("RUN-EGRESS-OWN-WAY", "a run's containers reach the host only on the run's own proxy port and the injector's "
-       "(rootless engine)",
+       "(rootless and userns-remap engines)",
        "a workload using the main proxy port or another run's, its refusals in no run's result or in another's")
 def net_run_own_way(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
     if not ctx.engine.egress:
         return NA, "this host has no egress control (kooi_egress_enabled: false)"
-    if ctx.engine.mode != "rootless":
-        return NA, "the userns-remap engine's runs are not yet told apart at the host's proxy ports (issue 29)"
     eg = ctx.described(host, "egress")
     if eg is None:
         return FAIL, "egress control is meant to be on, but the host describes none: re-run site.yml (role egress)"
+    if ctx.engine.mode == "userns_remap" and eg.run_bridges < 1:
+        return FAIL, "the host's egress rules give runs no ways of their own (an older role): re-run site.yml"
+    if eg.run_port_count < 2:
+        return NA, "fewer than two per-run proxy ports (egress_run_port_count): nothing to tell runs apart by"
     if not host.file(f"{paths.WORKFLOWS}/{NETCHECK}.yml").exists:
         return FAIL, f"no {NETCHECK} workflow on this host: re-run site.yml (role shim)"
-    _script(host, ctx, NETCHECK_SCRIPT.replace("MAIN", str(int(eg.port))))
+    _script(host, ctx, NETCHECK_SCRIPT.replace("MAIN", str(int(eg.port))).replace("FIRST", str(int(eg.run_port_first))))
     rc, res, out = _run(host, ctx, "runcheck-net", workflow=NETCHECK)
     if res is None:
         return FAIL, f"no JSON result (rc={rc}): {out.strip()[-200:]}"
     text = ctx.runner_text(host, res.get("log"))
-    m = re.search(r"NETCHECK own=(\S+) main=(\S+)", text)
+    m = re.search(r"NETCHECK own=(\S+) main=(\S+) other=(\S+)", text)
     if m is None:
         return FAIL, (f"the workload did not report (rc={rc}, reason {res.get('reason')}: {res.get('message')}; "
                       f"its log ends {text.strip()[-160:]!r})")
-    own, main = m.groups()
+    own, main, other = m.groups()
     if own != "connected":
         return FAIL, f"the run could not reach its own proxy port ({own})"
-    if main == "connected":
-        return FAIL, (f"the run reached the main proxy port {eg.port}: its refusals would be in no run's result; "
-                      "re-run site.yml, then `kooi verify` again")
-    return PASS, f"the run reached its own proxy port; the main one ({eg.port}) was {main}"
+    if main == "connected" or other == "connected":
+        return FAIL, (f"the run reached the {'main proxy port ' + str(eg.port) if main == 'connected' else 'port of another run'}:"
+                      " its refusals would be in no run's result or another's; re-run site.yml, then `kooi verify` again")
+    return PASS, f"the run reached its own proxy port; the main one ({eg.port}) was {main}, another run's {other}"
 
 
 SECRETCHECK = "kooi-secretcheck"

@@ -36,6 +36,9 @@ class EgressConfig:
     run_port_first: int = 0
     run_port_count: int = 0
     run_log: str = ""
+    # userns-remap: the host's rules give a run's bridges (kp<port>n<0..N-1>) its own
+    # port only (kooi.run.runnet); 0: they do not (rootless, or rules of an older role).
+    run_bridges: int = 0
 
 
 def parse(text: str, source: str = str(PATH)) -> EgressConfig:

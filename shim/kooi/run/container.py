@@ -123,6 +123,7 @@ class ContainerBackend:
         self.hits_seen: list[str] = []  # limits kooi saw reached itself (before killing the run)
         self.pid: int | None = None  # the container's init, as the host sees it
         self.run_net: str | None = None  # the run's own network, where no broker made one
+        self.run_net_gateway: str | None = None
         self.pinned = False  # the run's way to the host (run.runnet)
 
     def prepare(self, ctx: RunContext) -> None:
@@ -193,18 +194,21 @@ class ContainerBackend:
         if conf.profile:
             body["HostConfig"]["SecurityOpt"].append(f"apparmor={conf.profile}")
         eg = ctx.egress_preflight()
-        # The rootless engine: the run's networks are bridges named after it, which
-        # reach the host only on the run's own ports (run.runnet).
-        own_way = eg is not None and runnet.applies(cfg)
-        bridges = tuple(runnet.bridge(ctx.run_id, n) for n in range(runnet.BRIDGES)) if own_way else ()
+        # The run's networks are bridges named after it (rootless) or after its proxy
+        # port (userns-remap), which reach the host only on the run's own ports (run.runnet).
+        bridges = runnet.bridges(cfg, eg, ctx.run_id, ctx.proxy_port)
+        own_way = bool(bridges)
         if wf.testcontainers:
             self.access = BrokeredEngine(client, ctx, conf.profile)
             self.access.open(body, plan.ceilings(), ctx.guard.nested_shadows if ctx.guard else [], bridges)
         elif own_way:
             self.run_net = f"kooi-{ctx.run_id}"
+            from .. import egress
+
             try:
-                client.create_network(self.run_net, labels.run_labels(wf.name, str(ctx.project), ctx.run_id),
-                                      options={engineapi.BRIDGE_NAME: bridges[0]})
+                self.run_net_gateway = egress.gateway(client.create_network(
+                    self.run_net, labels.run_labels(wf.name, str(ctx.project), ctx.run_id),
+                    options={engineapi.BRIDGE_NAME: bridges[0]}))
             except (engineapi.APIError, OSError) as exc:
                 raise unavailable(f"cannot create the run's network {self.run_net}: {exc}") from None
             body["HostConfig"]["NetworkMode"] = self.run_net
@@ -212,7 +216,7 @@ class ContainerBackend:
             self.settings = self._wire_egress(eg, body, img)
         if wf.secrets:
             self._wire_secrets(body)
-        if own_way:
+        if own_way and runnet.applies(cfg):
             ports = [ctx.proxy_port] + ([ctx.secrets.injector.port] if self.registered and ctx.secrets else [])
             try:
                 assert eg is not None
@@ -222,6 +226,10 @@ class ContainerBackend:
             self.pinned = True
             log.note(f"egress: the run's networks reach the host on port(s) {', '.join(map(str, sorted(set(ports))))} "
                      f"only, at most {runnet.MAX_CONNECTIONS} connections at once")
+        elif own_way:
+            log.note(f"egress: the run's networks (bridges {bridges[0][:-1]}*) reach the host on port "
+                     f"{ctx.proxy_port} and the injector's only, at most {runnet.MAX_CONNECTIONS} connections at once "
+                     "(the host's rules)")
         if plan.max_ram is not None:
             env = env_of(body)
             env["JAVA_TOOL_OPTIONS"] = run_limits.java_options(env.get("JAVA_TOOL_OPTIONS", ""), plan.max_ram)
@@ -300,6 +308,10 @@ class ContainerBackend:
             host = egress.ROOTLESS_HOST_LOOPBACK
         elif self.access is not None:
             host = self.access.gateway or ""  # the run network's
+        elif self.run_net is not None:
+            if not self.run_net_gateway:
+                raise unavailable(f"the run network {self.run_net} has no gateway address")
+            host = self.run_net_gateway
         else:
             try:
                 host = egress.bridge_gateway(self.client.network("bridge"))

@@ -113,11 +113,10 @@ class RunContext:
 
         self.proxy_port = eg.port
         taken: set[int] = set()
-        if runnet.applies(self.cfg):
-            try:
-                taken = runnet.ports_in_use(self.cfg)
-            except runnet.RunNetError as exc:
-                self.res.warn(self.log, f"egress: cannot read the runs' ways to the host ({exc})")
+        try:
+            taken = runnet.ports_in_use(self.cfg)
+        except runnet.RunNetError as exc:
+            self.res.warn(self.log, f"egress: cannot read the runs' ways to the host ({exc})")
         for port in range(eg.run_port_first, eg.run_port_first + eg.run_port_count):
             if port in taken:
                 continue  # a dead run's, whose container may still use it (run.runnet)

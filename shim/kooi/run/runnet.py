@@ -1,4 +1,4 @@
-"""A run's own way to the host, on the rootless engine (issue 29, findings 6 and 7).
+"""A run's own way to the host (issue 29, findings 6 and 7): rootless and userns-remap.
 
 Every container of the rootless engine reaches the host's loopback, where the egress
 proxy and the secrets injector listen, at one address (10.0.2.2, slirp4netns): on any
@@ -26,16 +26,27 @@ the next run's result). The rules go with the run (cleanup) or, for a run whose 
 run died, with `kooi gc`;
 the table goes with the engine's namespace when the engine stops. Image builds use
 the engine's own namespace (`network_mode: host`), which no bridge rule sees.
+
+The userns-remap engine's bridges are in the host's namespace, where the runner is not
+root: there the rules are the egress role's, fixed (roles/egress, egress.nft.j2), and a
+run's bridges are named after its proxy port instead (`kp` + port + `n` + number): from
+`kpPORTnN`, the host on PORT and the injector's port only, at most MAX_CONNECTIONS at
+once; from docker0 and br-*, the main proxy port and the injector's. A port is given to
+no run while a bridge named after it exists (a dead run's network, until `kooi gc`).
+A run that shares the main port (every run port taken) gets no bridges of its own: the
+engine names them, and they reach the main port only.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import subprocess
 from pathlib import Path
 
 from ..egress import NFT, ROOTLESS_HOST_LOOPBACK
+from ..hoststate.egress import EgressConfig
 from ..hoststate.engine import EngineConfig
 
 TABLE = "kooi_runs"
@@ -56,8 +67,22 @@ def _tag(run_id: str) -> str:
 
 
 def bridge(run_id: str, n: int) -> str:
-    """The name of the run's Nth bridge (an interface name: at most 15 bytes)."""
+    """The name of the run's Nth bridge on the rootless engine (an interface name: at
+    most 15 bytes)."""
     return f"kr{_tag(run_id)}{n}"
+
+
+def bridges(cfg: EngineConfig, eg: EgressConfig | None, run_id: str, port: int) -> tuple[str, ...]:
+    """The names of the bridges of the run RUN_ID holding proxy PORT, its own network's
+    first; () where runs get none (no egress; userns-remap rules without them, or the
+    run shares the main port)."""
+    if eg is None:
+        return ()
+    if cfg.mode == "rootless":
+        return tuple(bridge(run_id, n) for n in range(BRIDGES))
+    if cfg.mode == "userns_remap" and eg.run_bridges > 0 and port != eg.port:
+        return tuple(f"kp{int(port)}n{n}" for n in range(min(eg.run_bridges, BRIDGES)))
+    return ()
 
 
 def _chain(run_id: str) -> str:
@@ -65,6 +90,7 @@ def _chain(run_id: str) -> str:
 
 
 def applies(cfg: EngineConfig) -> bool:
+    """Does kooi run write the runs' rules itself (rootless: in the engine's namespace)?"""
     return cfg.mode == "rootless"
 
 
@@ -165,10 +191,22 @@ def pinned(cfg: EngineConfig) -> dict[str, tuple[str, set[int]]]:
     return out
 
 
-def ports_in_use(cfg: EngineConfig) -> set[int]:
+_PORT_BRIDGE = re.compile(r"kp(\d{1,5})n\d+")
+
+
+def ports_in_use(cfg: EngineConfig, net_dir: Path = Path("/sys/class/net")) -> set[int]:
     """The ports some run's bridges reach: a run whose kooi run died keeps its container
     (to its deadline) and its rules until it is finished, and its port stays its own
-    until then (else its workload's refusals would go into the next run's result)."""
+    until then (else its workload's refusals would go into the next run's result).
+    userns-remap: the ports bridges in the host's namespace are named after."""
+    if cfg.mode == "userns_remap":
+        try:
+            names = [e.name for e in os.scandir(net_dir)]
+        except OSError as exc:
+            raise RunNetError(f"cannot list the host's interfaces in {net_dir} ({exc.strerror or exc})") from None
+        return {int(m.group(1)) for n in names if (m := _PORT_BRIDGE.fullmatch(n))}
+    if not applies(cfg):
+        return set()
     return {p for _, ports in pinned(cfg).values() for p in ports}
 
 
