@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import socketserver
 import threading
@@ -73,6 +74,7 @@ from .routes import compile_path
 ENGINE_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 # NetworkCreate fields a run may set (folded); every other must be unset (null, false,
 # 0, "", {} or []); IPAM only as {"Driver": "default"} with nothing else set.
+NETWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 NETWORK_FIELDS = frozenset({"name", "driver", "internal", "attachable", "labels", "checkduplicate"})
 BUILTIN_NETWORKS = {"bridge", "default", ""}
 NETWORK = compile_path("/networks/{id}")
@@ -294,6 +296,11 @@ class Rules:
         name = gojson.field(doc, "Name")
         if not isinstance(name, str) or not name:
             return deny("network create: Name must be a non-empty string")
+        if not NETWORK_NAME.fullmatch(name):
+            # The engine takes any string; names end up in root's `kooi gc` output and
+            # every listing (a workload's name carried terminal escapes).
+            return deny("network create: Name refused (letters, digits and _.- only, at most 128, as the engine's "
+                        "container names)")
         if name.lower().startswith("kooi-"):
             return deny(f"network create: name {name!r} refused (kooi- names are kooi's own run networks)")
         status, _ = self.up.call("GET", f"/networks/{urllib.parse.quote(name, safe='')}")

@@ -73,10 +73,13 @@ def _gc(args: argparse.Namespace) -> int:
         print(f"kooi gc: {exc.__class__.__name__}: {exc}", file=sys.stderr)
         return EXIT_FAIL
     from .run.deadrun import DEAD
+    from .run.errors import neutral
     from .run.leftovers import WARNING
 
     verb = "would remove" if args.dry_run else "removed"
-    for r in removed:
+    # Names and messages come from what runs made (a workload named its network with
+    # terminal escapes): shown, never obeyed, in root's terminal.
+    for r in map(neutral, removed):
         if r.startswith(WARNING):
             print(f"kooi gc: {r}", file=sys.stderr)
         elif r.startswith(DEAD):

@@ -254,13 +254,21 @@ def build_args(cfg: EgressConfig, mode: str, client: docker.DockerClient) -> dic
 JAIL_FORWARDER = Path(__file__).with_name("jailfwd.py").read_text()
 
 
+# Connections one run holds to the host at once (the proxy's and the injector's): each
+# is a descriptor in Squid or the injector (and, rootless, a socket in slirp4netns),
+# which every run shares. kooi.run.runnet enforces it for containers, JailBridge for jails.
+RUN_CONNECTIONS = 256
+
+
 class JailBridge:
     """Host side: a unix socket (in a directory only the runner can enter) whose every
     connection is relayed to the proxy on 127.0.0.1 — the one destination the rules
-    allow the runner. The jail gets the socket, never a network."""
+    allow the runner. The jail gets the socket, never a network; at most
+    MAX_CONNECTIONS of them at once (more are closed at once: a jail held 1000)."""
 
-    def __init__(self, directory: Path, port: int):
+    def __init__(self, directory: Path, port: int, max_connections: int = RUN_CONNECTIONS):
         self.dir, self.port = directory, port
+        self.slots = threading.BoundedSemaphore(max_connections)
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         self.path = self.dir / "proxy.sock"
@@ -269,17 +277,22 @@ class JailBridge:
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
+                if not bridge.slots.acquire(blocking=False):
+                    return  # over the run's bound: closed unanswered
                 try:
-                    up = socket.create_connection(("127.0.0.1", bridge.port), timeout=30)
-                except OSError:
-                    return
-                up.settimeout(None)
-                self.request.settimeout(None)
-                t = threading.Thread(target=relay, args=(up, self.request), daemon=True)
-                t.start()
-                relay(self.request, up)
-                t.join()
-                up.close()
+                    try:
+                        up = socket.create_connection(("127.0.0.1", bridge.port), timeout=30)
+                    except OSError:
+                        return
+                    up.settimeout(None)
+                    self.request.settimeout(None)
+                    t = threading.Thread(target=relay, args=(up, self.request), daemon=True)
+                    t.start()
+                    relay(self.request, up)
+                    t.join()
+                    up.close()
+                finally:
+                    bridge.slots.release()
 
         class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             daemon_threads = True

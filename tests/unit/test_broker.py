@@ -392,6 +392,9 @@ def test_a_container_binding_the_workspace_gets_the_guards_shadows():
     ({"Name": "n", "EnableIPv6": True}, "EnableIPv6 refused"),
     ({"Name": "n", "ConfigFrom": {"Network": "x"}}, "ConfigFrom refused"),
     ({"Name": "n", "Driver": "macvlan"}, "network driver 'macvlan' refused"),
+    # the eighth hostile review: root's `kooi gc` printed this name to its terminal
+    ({"Name": "rv\x1b]0;OWNED\x07\x1b[2J"}, "Name refused"),
+    ({"Name": "a b"}, "Name refused"), ({"Name": "-x"}, "Name refused"), ({"Name": "x" * 129}, "Name refused"),
 ])
 def test_a_network_only_with_the_engines_own_settings(doc, why):
     d, _ = decide(broker()[0], "POST", "/networks/create", doc)

@@ -131,3 +131,28 @@ def test_a_writable_file_in_a_directory_the_caller_cannot_write_is_written_in_pl
               "from outputs import Output\nOutput(sys.argv[1], '--json').write('new\\n')\n", str(f))
     assert res.returncode == 0, res.stderr
     assert f.read_text() == "new\n"
+
+
+def test_workload_text_is_shown_not_obeyed():
+    """The eighth hostile review: a network name with terminal escapes reached root's
+    terminal through `kooi gc`, and a workload's line separator or zero-width space
+    passed into the output where a reader takes a line for kooi's own."""
+    from kooi.run.errors import neutral
+
+    assert neutral("network rv\x1b]0;OWNED\x07\x1b[2J") == "network rv\\x1b]0;OWNED\\x07\\x1b[2J"
+    assert neutral("x\u2028kooi: ok\u200b\u2029") == "x\\u2028kooi: ok\\u200b\\u2029"
+    assert neutral("tab\tand newline\n, émoji 👍") == "tab\tand newline\n, émoji 👍"
+
+
+def test_kooi_lines_start_a_line_after_the_workloads_last_partial_line(tmp_path):
+    """The eighth hostile review: kooi's verdict was glued onto the workload's last
+    line when it had no newline (`...nofinalnewlinekooi: failed: ...`)."""
+    from kooi.run.errors import Log
+
+    log = Log(tmp_path / "run.log", None)
+    log.output("kooi: ok: the workload succeeded (exit 0, 0.1 s)\nno final newline")
+    log.note("failed: the workload failed (exit 137)")
+    log.note("next")
+    log.close()
+    assert (tmp_path / "run.log").read_text().splitlines()[-2:] == [
+        "kooi: failed: the workload failed (exit 137)", "kooi: next"]

@@ -360,3 +360,25 @@ def test_a_record_whose_project_is_gone_waits_then_goes_with_a_result(repo, tmp_
     assert not path.exists() and any("dropped without a check" in s for s in said), said
     result = json.loads((rd / "results/r1.json").read_text())
     assert result["reason"] == "interrupted" and "not found" in result["message"], result
+
+
+def test_a_link_in_the_locks_directory_is_never_followed(tmp_path):
+    """The eighth hostile review: the runner linked `locks/x.lock` to a root-only file,
+    and root's `kooi gc` opened it read-write and took a lock on it (and, were it
+    locked by someone else, took that for a live run)."""
+    import fcntl
+
+    from kooi.run.project import lock_held
+
+    target = tmp_path / "root-only"
+    target.write_text("canary\n")
+    target.chmod(0o600)
+    holder = os.open(target, os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # someone else's lock on the file the link names
+    try:
+        (tmp_path / "x.lock").symlink_to(target)
+        assert lock_held(tmp_path / "x.lock") is False
+        os.mkfifo(tmp_path / "f.lock")
+        assert lock_held(tmp_path / "f.lock") is False  # neither blocks nor counts
+    finally:
+        os.close(holder)

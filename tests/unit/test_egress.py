@@ -171,3 +171,54 @@ def test_the_jail_forwarder_relays_to_the_bridge_and_returns_the_workload_status
     missing = subprocess.run([sys.executable, "-I", "-c", egress.JAIL_FORWARDER, str(tmp_path / "x.sock"), "0",
                               "/nonexistent/cmd"], capture_output=True, text=True, timeout=30)
     assert missing.returncode == 127 and "cannot run /nonexistent/cmd" in missing.stderr
+
+
+def test_a_jail_holds_at_most_its_runs_bound_of_proxy_connections(tmp_path):
+    """The eighth hostile review: a jail opened 1000 connections on the bridge's socket
+    (its path is in the forwarder's command line) and Squid held every one; a
+    container run holds at most kooi.run.runnet.MAX_CONNECTIONS."""
+    import time
+
+    from kooi.run import runnet
+
+    assert egress.RUN_CONNECTIONS == runnet.MAX_CONNECTIONS
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen(64)
+    bridge = egress.JailBridge(tmp_path / "bridge", upstream.getsockname()[1], max_connections=8)
+    held, accepted = [], []
+    try:
+        for _ in range(12):
+            c = socket.socket(socket.AF_UNIX)
+            c.connect(str(bridge.path))
+            c.settimeout(2)
+            held.append(c)
+        upstream.settimeout(2)
+        try:
+            while True:
+                accepted.append(upstream.accept()[0])
+        except TimeoutError:
+            pass
+        def eof(c: socket.socket) -> bool:  # the ones over the bound: EOF at once; the others stay open
+            c.settimeout(0.2)
+            try:
+                return c.recv(1) == b""
+            except TimeoutError:
+                return False
+
+        closed = sum(map(eof, held))
+        assert (len(accepted), closed) == (8, 4)
+        for c in held + accepted:  # the relayed connections end: their slots are free again
+            c.close()
+        held, accepted = [], []
+        time.sleep(0.3)
+        late = socket.socket(socket.AF_UNIX)
+        late.connect(str(bridge.path))
+        upstream.settimeout(2)
+        accepted.append(upstream.accept()[0])
+        late.close()
+    finally:
+        for c in held + accepted:
+            c.close()
+        bridge.close()
+        upstream.close()

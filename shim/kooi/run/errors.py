@@ -90,7 +90,10 @@ MAX_OUTPUT = 64 << 20
 # of the workload's rewrites the terminal (hiding kooi's own lines) or a log reader's.
 # Tab and newline pass; C0, DEL, C1 and the bidirectional overrides become \xNN/\uNNNN.
 _NEUTRAL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0))}
-_NEUTRAL.update({c: f"\\u{c:04x}" for c in (0x061c, 0x200e, 0x200f, *range(0x202a, 0x202f), *range(0x2066, 0x206a))})
+# Also the line and paragraph separators (a line of the workload's that a reader takes
+# for kooi's own) and the zero-width characters that hide text.
+_NEUTRAL.update({c: f"\\u{c:04x}" for c in (0x061c, 0x200b, 0x200e, 0x200f, 0x2028, 0x2029,
+                                           *range(0x202a, 0x202f), *range(0x2066, 0x206a), 0xfeff)})
 
 
 def neutral(text: str) -> str:
@@ -108,6 +111,7 @@ class Log:
         self.lock = threading.Lock()
         self.output_bytes = 0  # the workload's, kept
         self.dropped = 0       # the workload's, past MAX_OUTPUT
+        self.line_open = False  # the last text written ended inside a line
 
     def output(self, text: str) -> None:
         """The workload's output: neutralised, and only up to MAX_OUTPUT bytes."""
@@ -121,6 +125,8 @@ class Log:
 
     def write(self, text: str) -> None:
         with self.lock:
+            if text:
+                self.line_open = not text.endswith("\n")
             if self.f:
                 self.f.write(text)
             if self.echo:
@@ -131,7 +137,10 @@ class Log:
                     self.echo = None  # the caller stopped reading; the log file keeps it all
 
     def note(self, text: str) -> None:
-        self.write(f"kooi: {text}\n")
+        """One line of kooi's own, always at the start of a line: after a workload's last
+        line without a newline, kooi's verdict was glued onto it, and a reader of
+        `^kooi: ` lines saw only a line the workload had printed."""
+        self.write(f"{chr(10) if self.line_open else ''}kooi: {text}\n")
 
     def close(self) -> None:
         if self.f:

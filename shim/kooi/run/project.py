@@ -7,6 +7,7 @@ import fcntl
 import os
 import pwd
 import shutil
+import stat
 import struct
 import time
 from pathlib import Path
@@ -285,12 +286,17 @@ class RunLock:
 
 
 def lock_held(path: Path) -> bool:
-    """True if a live process holds the run lock at PATH."""
+    """True if a live process holds the run lock at PATH. The locks directory is the
+    runner's and root's `kooi gc` reads it: a link there is never followed (root would
+    open and lock whatever it names), and only a regular file is a lock (read-only,
+    non-blocking: a FIFO neither blocks nor counts)."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return False
     except BlockingIOError:

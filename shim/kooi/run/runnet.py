@@ -45,7 +45,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from ..egress import NFT, ROOTLESS_HOST_LOOPBACK
+from ..egress import NFT, ROOTLESS_HOST_LOOPBACK, RUN_CONNECTIONS
 from ..hoststate.egress import EgressConfig
 from ..hoststate.engine import EngineConfig
 
@@ -53,7 +53,7 @@ TABLE = "kooi_runs"
 # Connections a run's containers hold to the host at once (the proxy's and the
 # injector's together): each is a descriptor in Squid or the injector and a socket in
 # slirp4netns, which every run shares.
-MAX_CONNECTIONS = 256
+MAX_CONNECTIONS = RUN_CONNECTIONS
 # The run's network and the most its workload may create (broker.RunScope.max_networks).
 BRIDGES = 9
 
