@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import verdicts
+from .engineapi import BRIDGE_NAME
 from .gojson import field, fold, parse
 from .routes import ANY, DELETE, GET, POST, READ, Match, Table
 
@@ -592,6 +593,41 @@ def _volume_create(doc: dict[str, Any], policy: Policy) -> Decision:
     return ALLOW
 
 
+# The bridge names kooi gives a run's networks (kooi.run.runnet, whose names a unit
+# test holds to this): rootless kr<8 hex><n>, userns-remap kp<port>n<n>. The host's
+# egress rules know these, docker0 and br-*.
+KOOI_BRIDGE = re.compile(r"kr[0-9a-f]{8}[0-9]|kp[0-9]{1,5}n[0-9]")
+
+
+def _network_create(doc: dict[str, Any], policy: Policy) -> Decision:
+    """Every engine (the plugin too, whose clients are the runner's): bridge networks
+    only, named by the engine or by kooi, from the engine's address pool. Another
+    driver (macvlan, ipvlan) or a bridge of another name sits outside the host's egress
+    rules, which know docker0, br-* and kooi's run bridges (measured on userns-remap
+    with the plugin: a bridge the runner named reached a listener past the host)."""
+    if (d := unknown_field(doc, "NetworkCreate", "network create")) is not None:
+        return d
+    driver = field(doc, "Driver") or "bridge"
+    if driver != "bridge":
+        return deny(f"network driver {driver!r} refused (only bridge networks: another driver puts containers "
+                    "past the host's egress rules)")
+    opts = field(doc, "Options")
+    if not is_unset(opts):
+        if not isinstance(opts, dict) or set(opts) != {BRIDGE_NAME} or \
+                not KOOI_BRIDGE.fullmatch(str(opts[BRIDGE_NAME])):
+            return deny("network create: Options refused (the engine names the bridge, or kooi names a run's; "
+                        "a bridge of another name is outside the host's egress rules)")
+    ipam = field(doc, "IPAM")
+    if isinstance(ipam, dict) and any(not is_unset(field(ipam, k)) for k in ("Config", "Options")) or \
+            isinstance(ipam, dict) and (field(ipam, "Driver") or "default") != "default":
+        return deny("network create: IPAM refused (the subnet comes from the engine's pool: one of the "
+                    "caller's choosing can shadow the host's own networks or kooi's addresses)")
+    for key in ("ConfigFrom", "ConfigOnly", "Ingress", "EnableIPv6"):
+        if not is_unset(field(doc, key)):
+            return deny(f"network create: {key} refused (the engine's own settings only)")
+    return ALLOW
+
+
 def _container_update(doc: dict[str, Any], policy: Policy) -> Decision:
     if (d := unknown_field(doc, "ContainerUpdate", "container update")) is not None:
         return d
@@ -718,7 +754,7 @@ API: Table[Route] = Table([
     Route(POST, "/containers/{id}/update", policy=Body("container update", _container_update),
           run=Owned("container")),
     Route(POST, "/volumes/create", policy=Body("volume create", _volume_create), run=Created("volume")),
-    Route(POST, "/networks/create", run=Created("network")),
+    Route(POST, "/networks/create", policy=Body("network create", _network_create), run=Created("network")),
     Route(POST, "/networks/{id}/{connect|disconnect}", run=Owned("network", container_field="Container")),
     # what a run reaches: its own objects, and listings of them
     Route(ANY, "/system/prune", run=Refuse(PRUNES)),

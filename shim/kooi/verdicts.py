@@ -169,11 +169,15 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "ExecStart": {"ConsoleSize": (ALLOWED, _INSIDE), "Detach": (ALLOWED, _INSIDE), "Tty": (ALLOWED, _INSIDE)},
     "NetworkCreate": {
-        "Name": (ALLOWED, "a name of the run's choosing"), "CheckDuplicate": (ALLOWED, "deprecated; harmless"),
+        "Name": (BOUNDED, "a name of the run's choosing: letters, digits and _.- (the broker; names reach root's "
+                          "terminal through kooi gc)"), "CheckDuplicate": (ALLOWED, "deprecated; harmless"),
         "Driver": (BOUNDED, "bridge only"), "Internal": (ALLOWED, "only cuts the network off"),
         "Attachable": (ALLOWED, "swarm only"), "Labels": (FORCED, "the run's labels added"),
         "EnableIPv6": (REFUSED, _NETWORK), "Ingress": (REFUSED, "swarm only"), "ConfigOnly": (REFUSED, _NETWORK),
-        "ConfigFrom": (REFUSED, _NETWORK), "Scope": (REFUSED, _NETWORK), "Options": (REFUSED, _NETWORK),
+        "ConfigFrom": (REFUSED, _NETWORK), "Scope": (REFUSED, _NETWORK),
+        "Options": (FORCED, "the bridge's name only, and only kooi's (kr…/kp…: the run's, which the host's egress "
+                            "rules know; a bridge named otherwise is outside them); the broker sets it, the plugin "
+                            "refuses any other: " + _NETWORK),
         "IPAM": (BOUNDED, "the default driver with nothing else: " + _NETWORK),
     },
     "NetworkConnect": {

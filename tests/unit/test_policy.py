@@ -543,3 +543,25 @@ def test_a_broker_allows_what_stays_within(hc):
 def test_exec_users_are_read_as_the_engine_reads_them(user, root):
     d = decide("POST", "/containers/c1/exec", json.dumps({"User": user, "Cmd": ["id"]}).encode(), POLICY)
     assert d.allow != root, d.reason
+
+
+@pytest.mark.parametrize("body,allowed", [
+    ({"Name": "n"}, True),
+    ({"Name": "n", "Driver": "bridge", "CheckDuplicate": True, "Internal": False, "Attachable": False,
+      "Options": {}, "IPAM": {"Driver": "default", "Config": [], "Options": {}}, "Labels": {"a": "b"}}, True),
+    ({"Name": "n", "Options": {"com.docker.network.bridge.name": "kp3140n0"}}, True),   # kooi run, userns-remap
+    ({"Name": "n", "Options": {"com.docker.network.bridge.name": "kr0a1b2c3d4"}}, True),  # kooi run, rootless
+    # the eighth hostile review, as the runner behind the plugin: a bridge of another
+    # name reached a listener past the host (outside the egress rules for docker0, br-*, kp*)
+    ({"Name": "n", "Options": {"com.docker.network.bridge.name": "rvevil0"}}, False),
+    ({"Name": "n", "Options": {"com.docker.network.bridge.name": "kp3140n0", "com.docker.network.mtu": "9000"}},
+     False),
+    ({"Name": "n", "Driver": "macvlan", "Options": {"parent": "eth0"}}, False),
+    ({"Name": "n", "Driver": "ipvlan"}, False),
+    ({"Name": "n", "IPAM": {"Config": [{"Subnet": "10.0.2.0/24", "Gateway": "10.0.2.2"}]}}, False),
+    ({"Name": "n", "EnableIPv6": True}, False),
+    ({"Name": "n", "ConfigFrom": {"Network": "x"}}, False),
+])
+def test_every_engine_creates_networks_only_with_the_engines_or_kooi_s_settings(body, allowed):
+    d = decide("POST", "/v1.41/networks/create", json.dumps(body).encode(), POLICY)
+    assert d.allow is allowed, d.reason
