@@ -264,7 +264,8 @@ class JailBridge:
     """Host side: a unix socket (in a directory only the runner can enter) whose every
     connection is relayed to the proxy on 127.0.0.1 — the one destination the rules
     allow the runner. The jail gets the socket, never a network; at most
-    MAX_CONNECTIONS of them at once (more are closed at once: a jail held 1000)."""
+    max_connections (RUN_CONNECTIONS) of them at once, more closed unanswered (a jail
+    held 1000)."""
 
     def __init__(self, directory: Path, port: int, max_connections: int = RUN_CONNECTIONS):
         self.dir, self.port = directory, port

@@ -242,9 +242,10 @@ def net_run_own_way(host: Host, ctx: Context) -> Outcome:
     own, main, other = m.groups()
     if own != "connected":
         return FAIL, f"the run could not reach its own proxy port ({own})"
-    if main == "connected" or other == "connected":
-        return FAIL, (f"the run reached the {'main proxy port ' + str(eg.port) if main == 'connected' else 'port of another run'}:"
-                      " its refusals would be in no run's result or another's; re-run site.yml, then `kooi verify` again")
+    if "connected" in (main, other):
+        reached = f"main proxy port {eg.port}" if main == "connected" else "port of another run"
+        return FAIL, (f"the run reached the {reached}: its refusals would be in no run's result or another's; "
+                      "re-run site.yml, then `kooi verify` again")
     return PASS, f"the run reached its own proxy port; the main one ({eg.port}) was {main}, another run's {other}"
 
 

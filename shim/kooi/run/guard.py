@@ -354,8 +354,8 @@ def _in_project(root: Path, base: Path, value: str) -> str | None:
     return str(rel) if str(rel) != "." else None
 
 
-# direnv's standard library: what a project's `.envrc` makes run on the next `cd`
-# besides itself (directive, argument number; None: the directive's default file).
+# direnv's standard library: the directives of a project's `.envrc` that name files or
+# directories of the project (the first argument; _ENVRC_DEFAULTS where it may be left out).
 _ENVRC_LINE = re.compile(r"^\s*(source_env_if_exists|source_env|dotenv_if_exists|dotenv|PATH_add|path_add|"
                          r"load_prefix|watch_file|use\s+flake|use\s+nix|layout)\b[ \t]*([^\s;#]*)", re.M)
 _ENVRC_DEFAULTS = {"dotenv": ".env", "dotenv_if_exists": ".env", "use flake": "flake.nix", "use nix": "shell.nix"}
