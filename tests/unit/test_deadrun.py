@@ -19,6 +19,7 @@ from kooi.run import deadrun
 from kooi.run import guard as guardmod
 from kooi.run.errors import Log, Result
 from kooi.run.guard import Guard
+from kooi.run.shadows import Throwaway
 
 GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a",
            "GIT_COMMITTER_EMAIL": "a@b", "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
@@ -75,21 +76,21 @@ def die(where: str) -> None:
         calls = [0]
         real = Guard._check_bound
 
-        def bound(self: Guard, t: guardmod.Throwaway) -> None:
+        def bound(self: Guard, t: Throwaway) -> None:
             calls[0] += 1
             if calls[0] == 2:  # the second git directory's data copied back, not yet checked
                 os._exit(9)
             real(self, t)
         Guard._check_bound = bound  # type: ignore[method-assign]
     elif where == "removing-the-throwaways":
-        real_remove = guardmod._remove
+        real_remove = guardmod.remove_path
 
         def remove(p: Path) -> None:
             if p.name == "r1":  # the shadows: the first throwaway gone, then killed
                 real_remove(p / "g0")
                 os._exit(9)
             real_remove(p)
-        guardmod._remove = remove  # type: ignore[assignment]
+        guardmod.remove_path = remove  # type: ignore[assignment]
 
 
 @pytest.mark.parametrize("where", ["in-the-throwaways", "removing-the-throwaways", "after-the-check"])

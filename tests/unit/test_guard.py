@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kooi.run.guard import Guard, GuardError, scan
+from kooi.run.guard import Guard, GuardError
+from kooi.run.snapshot import scan
 
 
 @pytest.fixture
@@ -350,7 +351,7 @@ def test_an_untouched_shadow_is_no_refusal(repo, tmp_path_factory):
 
 
 def test_huge_protected_trees_are_refused_up_front(repo, monkeypatch):
-    monkeypatch.setattr("kooi.run.guard.MAX_ENTRIES", 5)
+    monkeypatch.setattr("kooi.run.snapshot.MAX_ENTRIES", 5)
     for i in range(10):
         (repo / ".git/hooks" / f"h{i}").write_text("x")
     with pytest.raises(GuardError, match="unprotected_paths"):
@@ -359,7 +360,7 @@ def test_huge_protected_trees_are_refused_up_front(repo, monkeypatch):
 
 def test_a_flood_after_the_run_is_replaced_by_the_snapshot(repo, monkeypatch):
     g = guarded(repo)
-    monkeypatch.setattr("kooi.run.guard.MAX_ENTRIES_AFTER", 40)
+    monkeypatch.setattr("kooi.run.snapshot.MAX_ENTRIES_AFTER", 40)
     for i in range(60):
         (repo / ".git/hooks" / f"h{i}").write_text("x")
     rec = g.check()

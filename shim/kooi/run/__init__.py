@@ -15,6 +15,9 @@
     leftovers.py `kooi run gc`: what ended runs left behind
     deadrun.py   a run whose kooi run died: its record, and its check finished by the next
                  holder of its project (a run, `kooi gc`)
+    guard.py     the project guard: protected paths kept, throwaway git directories,
+                 put back; its parts protected.py, snapshot.py, fsat.py, gitdata.py,
+                 shadows.py, forgery.py
 
 Exit codes: the workload's own, or one of the EXIT_* codes; the JSON result's `reason`
 tells which.

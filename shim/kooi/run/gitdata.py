@@ -1,0 +1,182 @@
+"""Whether git's data is what git itself wrote: an index (paths into a git directory,
+entries hidden from the host's `git status`), a loose object (its hash), a pack (`git
+index-pack --verify`), git's data directories (nothing there git never makes)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import zlib
+
+from .protected import is_layout
+
+# Objects the workload wrote, verified after the run (decompressed bytes, over every
+# git directory of the run): past it, what is left unverified goes.
+MAX_VERIFY_BYTES = 4 << 30
+_OBJECT_TYPES = (b"blob", b"tree", b"commit", b"tag")
+
+# An index entry's flags that make the host's git skip comparing the file with the work
+# tree: assume-unchanged (CE_VALID) and, in the extended flags, skip-worktree.
+_CE_VALID, _CE_EXTENDED, _CE_SKIP_WORKTREE = 0x8000, 0x4000, 0x4000
+
+
+def index_hidden(data: bytes) -> set[bytes] | None:
+    """The paths of git's index DATA that the host's `git status` and `git diff` do not
+    compare with the work tree (assume-unchanged, skip-worktree); None: unreadable."""
+    out: set[bytes] = set()
+    return out if index_walk(data, out) is None else None
+
+
+def index_walk(data: bytes, hidden: set[bytes] | None = None) -> str | None:
+    """Walk git's index DATA: why it must not reach the host, or None; HIDDEN gets the
+    paths whose flags hide them from the host's git."""
+    if len(data) < 12 or data[:4] != b"DIRC":
+        return "not an index"
+    version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
+    if version not in (2, 3, 4):
+        return f"index version {version}"
+    for hashlen in (20, 32):
+        pos, prev, bad = 12, b"", None
+        found: set[bytes] = set()
+        try:
+            for _ in range(count):
+                start = pos
+                flags = int.from_bytes(data[pos + 40 + hashlen:pos + 42 + hashlen], "big")
+                pos += 42 + hashlen
+                ext = 0
+                if version >= 3 and flags & _CE_EXTENDED:
+                    ext = int.from_bytes(data[pos:pos + 2], "big")
+                    pos += 2
+                if version == 4:
+                    strip, shift = 0, 0
+                    while True:  # git's offset varint
+                        b = data[pos]
+                        pos += 1
+                        strip = (strip << 7) | (b & 0x7F) if shift else b & 0x7F
+                        if not b & 0x80:
+                            break
+                        strip += 1
+                        shift = 1
+                    end = data.index(b"\0", pos)
+                    path = prev[: len(prev) - strip] + data[pos:end]
+                    pos = end + 1
+                else:
+                    end = data.index(b"\0", pos)
+                    path = data[pos:end]
+                    pos = start + ((end - start) // 8 + 1) * 8
+                prev = path
+                if flags & _CE_VALID or ext & _CE_SKIP_WORKTREE:
+                    found.add(path)
+                parts = path.split(b"/")
+                if path.startswith(b"/") or any(p in (b"", b".", b"..") or p.lower() == b".git" for p in parts):
+                    bad = path.decode(errors="replace")[:200]
+                    break
+            if pos > len(data):
+                continue
+        except (IndexError, ValueError):
+            continue
+        if hidden is not None:
+            hidden |= found
+        return f"an entry at {bad!r}" if bad is not None else None
+    return "the index cannot be read"
+
+
+def index_problem(data: bytes) -> str | None:
+    """Why git's index DATA must not reach the host (an entry whose path has a `.git`
+    component, in any case, or is not a relative path: a `git restore` on the host would
+    write it into the git directory), or None. Index versions 2 to 4, SHA-1 or SHA-256."""
+    return index_walk(data)
+
+
+def lines_matching(data: bytes, pattern: bytes) -> set[bytes]:
+    return {ln.strip() for ln in data.splitlines() if re.match(pattern, ln.strip())}
+
+
+def loose_problem(dir_fd: int, name: str, oid: str, budget: list[int]) -> str | None:
+    """Why the loose object NAME (OID) is not what its name says, or None."""
+    h = hashlib.new("sha1" if len(oid) == 40 else "sha256")
+    d = zlib.decompressobj()
+    head = b""
+    total = 0
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "rb") as f:
+            while chunk := f.read(1 << 20):
+                data = d.decompress(chunk, 1 << 22)
+                while True:
+                    total += len(data)
+                    budget[0] -= len(data)
+                    if budget[0] < 0:
+                        return "written by the workload past what kooi verifies in a run: removed"
+                    if len(head) < 64:
+                        head += data[:64]
+                    h.update(data)
+                    if not d.unconsumed_tail:
+                        break
+                    data = d.decompress(d.unconsumed_tail, 1 << 22)
+            tail = d.flush()
+            total += len(tail)
+            h.update(tail)
+            if len(head) < 64:
+                head += tail[:64]
+    except zlib.error:
+        return "not an object git wrote (it does not inflate): removed"
+    kind, _, rest = head.partition(b" ")
+    size, nul, _ = rest.partition(b"\0")
+    if kind not in _OBJECT_TYPES or not nul or not size.isdigit() or int(size) != total - len(kind) - len(size) - 2:
+        return "not an object git wrote (its header): removed"
+    if h.hexdigest() != oid:
+        return ("rewritten under its name (its content does not match it; the host's `git diff` would not show "
+                "the change, `git checkout` would write it): removed, so the history that needs it is broken until "
+                "it is fetched again")
+    return None
+
+
+def pack_problem(fd: int, stem: str, budget: list[int]) -> str | None:
+    """Why the pack STEM (and its index) in FD is not what git wrote (`git index-pack
+    --verify`: every object hashed, the index compared), run outside any repository
+    with no configuration."""
+    size = os.stat(f"{stem}.pack", dir_fd=fd, follow_symlinks=False).st_size
+    budget[0] -= size
+    if budget[0] < 0:
+        return "written by the workload past what kooi verifies in a run"
+    fmt = "sha1" if len(stem) == len("pack-") + 40 else "sha256"
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CEILING_DIRECTORIES": "/", "LC_ALL": "C"}
+    try:
+        # what `git verify-pack` runs: every object hashed, the index compared
+        r = subprocess.run(["git", "index-pack", f"--object-format={fmt}", "--verify", f"{stem}.pack"],
+                           cwd=f"/proc/self/fd/{fd}", env=env, capture_output=True, text=True, timeout=600,
+                           pass_fds=(fd,))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"not verified ({exc})"
+    if r.returncode != 0:
+        return f"not a pack git wrote (`git verify-pack`: {(r.stderr.strip().splitlines() or ['failed'])[-1][:200]})"
+    return None
+
+
+def bound_problems(fd: int, rel: str, out: list[str], budget: list[int]) -> None:
+    """Entries in git's data directories git never makes there (a symlink, a FIFO, a
+    device; a repository's layout, whose HEAD goes): removed, named in OUT (relative
+    paths)."""
+    names = set()
+    for e in os.scandir(fd):
+        budget[0] -= 1
+        if budget[0] < 0:
+            return
+        names.add(e.name)
+        child = f"{rel}/{e.name}"
+        if e.is_dir(follow_symlinks=False):
+            sub = os.open(e.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            try:
+                bound_problems(sub, child, out, budget)
+            finally:
+                os.close(sub)
+        elif not e.is_file(follow_symlinks=False):
+            os.unlink(e.name, dir_fd=fd)
+            out.append(child)
+    if is_layout(names):
+        os.unlink("HEAD", dir_fd=fd)
+        out.append(f"{rel}/HEAD")

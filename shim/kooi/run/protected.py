@@ -1,0 +1,247 @@
+"""What the project guard (run.guard) protects and watches in a project, and where it
+finds it: the protected and watched paths, git's data in a git directory, what a
+project's `.envrc`, git configuration and hook managers run from elsewhere in it, and
+the one walk of the project for nested repositories and DEEP names."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+# Other agents' and editors' project settings: the MCP servers, hooks, plugins, tasks
+# and language servers they start on the host when opened here, vim's exrc, sdkman's
+# environment.
+AGENTS = (".gemini", ".cursor", ".codex", ".amazonq", ".roo", ".kiro", ".windsurf", ".continue", ".opencode",
+          "opencode.json", "opencode.jsonc", ".zed", ".helix", ".nvim.lua", ".nvimrc", ".exrc", ".sdkmanrc")
+# Paths that execute on the host later: on `cd` (direnv, mise), in the editor (VS Code
+# tasks, settings, launch configurations, workspaces), when a dev container is built,
+# when an agent runs there (Claude Code's hooks and MCP servers), and `.git` (below).
+PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.local.toml", "mise.local.toml",
+             ".mise", "mise", ".config/mise.toml", ".config/mise", ".vscode", ".idea", ".devcontainer",
+             ".devcontainer.json", ".claude", ".mcp.json",
+             # what package managers run when someone builds on the host: cargo's
+             # rustc-wrapper and aliases, yarn's yarnPath, npm's node-options and
+             # script-shell, pnpm's hooks file
+             ".cargo/config.toml", ".cargo/config", ".yarnrc.yml", ".yarnrc", ".npmrc", ".pnpmfile.cjs",
+             # a toolchain at a path of the workload's: rustup's `path`, mise's `path:` versions
+             "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS)
+# mise's environment variants (mise.ENV.toml) and editor workspaces.
+PROTECTED_GLOBS = ("*.code-workspace", ".mise.*.toml", "mise.*.toml")
+# In a git directory (`.git`, a `gitdir:` target in the project, each submodule's
+# under modules/) everything is protected but the repository's data: a new
+# commondir, config.worktree or worktrees/ would point git at a config and hooks of the
+# workload's choosing as surely as a changed config or hook.
+GIT_DATA = frozenset({
+    "objects", "refs", "logs", "index", "HEAD", "ORIG_HEAD", "FETCH_HEAD", "MERGE_HEAD", "MERGE_MSG",
+    "MERGE_MODE", "AUTO_MERGE", "CHERRY_PICK_HEAD", "REVERT_HEAD", "COMMIT_EDITMSG", "TAG_EDITMSG", "SQUASH_MSG",
+    "packed-refs", "description", "shallow", "rebase-merge", "rebase-apply", "sequencer", "lost-found", "gc.log",
+    "gc.pid", "BISECT_LOG", "BISECT_START", "BISECT_TERMS", "BISECT_NAMES", "BISECT_EXPECTED_REV",
+    "BISECT_ANCESTORS_OK", "branches", "modules", "lfs", "rr-cache"})
+
+
+def is_git_data(name: str) -> bool:
+    """NAME, in a git directory, is the repository's data (a split index's shared part too)."""
+    return name in GIT_DATA or name.startswith("sharedindex.")
+# Protected wherever they are in the project (below its top, outside node_modules): what
+# runs on the host when someone works in that directory (direnv on cd, cargo, npm, yarn
+# and pnpm when they build there, mise, Claude Code and MCP clients started there, a dev
+# container opened there).
+DEEP = frozenset({".envrc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".cargo", ".mise.toml", "mise.toml",
+                  ".mise", ".claude", ".mcp.json", ".devcontainer", ".devcontainer.json", ".gitmodules",
+                  # a toolchain at a path of the workload's: rustup's `path`, mise's `path:`
+                  "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS})
+# The paths of a git directory a workflow may leave to the workload for real.
+SHADOWED = (".git/hooks", ".git/config", ".git/info")
+# What a workflow may unprotect (unprotected_paths; the schema's enum).
+UNPROTECTABLE = PROTECTED + SHADOWED + (".git/modules",)
+# How far kooi looks for nested repositories (entries of the project; before and after).
+MAX_WALK = 2_000_000
+# Changed paths a pipeline should look at before it trusts the result: CI definitions,
+# build scripts and wrappers, lockfiles, hook managers, agent instructions.
+WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "azure-pipelines.yml", ".buildkite",
+           "pom.xml", "mvnw", ".mvn", "build.gradle", "build.gradle.kts", "settings.gradle", "settings.gradle.kts",
+           "gradlew", "gradle/wrapper", "package.json", "package-lock.json", "yarn.lock", "pnpm-lock.yaml",
+           "Makefile", "setup.py", "setup.cfg", "pyproject.toml", "tox.ini", "noxfile.py", "requirements.txt",
+           "poetry.lock", "uv.lock", "Pipfile.lock", "Cargo.lock", "go.sum", "Gemfile.lock", "Dockerfile",
+           "docker-compose.yml", "compose.yaml", ".pre-commit-config.yaml", ".husky", "CLAUDE.md",
+           "AGENTS.md")
+# The most kooi reads of one protected file (a larger one cannot be kept).
+MAX_FILE = 8 << 20
+# Git hook managers: what an installed hook (in the git directory's hooks/) says about
+# its manager, and the files in the working tree that manager then runs at the host's
+# next commit or push (its configuration, and scripts it keeps beside it).
+_LEFTHOOK = tuple(f"{dot}lefthook{local}.{ext}" for dot in ("", ".") for local in ("", "-local")
+                  for ext in ("yml", "yaml", "toml", "json", "jsonc")) + (".config/lefthook.yml", ".lefthook",
+                                                                         ".lefthook-local")
+HOOK_MANAGERS: tuple[tuple[bytes, tuple[str, ...]], ...] = (
+    (b"File generated by pre-commit", (".pre-commit-config.yaml", ".pre-commit-config.yml")),
+    (b"prek", (".pre-commit-config.yaml", ".pre-commit-config.yml")),
+    (b"lefthook", _LEFTHOOK),
+    (b"hk run", ("hk.pkl", "hk.local.pkl", ".config/hk.pkl")),
+    (b"overcommit", (".overcommit.yml",)),
+    (b"mise run", ("mise-tasks", ".mise-tasks")),
+)
+
+
+_HOOKS_PATH = re.compile(r"^\s*hookspath\s*=\s*(.+?)\s*$", re.I | re.M)
+_SECTION = re.compile(r"^\s*\[([^\]]+)\]", re.M)
+_PATH_KEY = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.I)
+
+
+def _in_project(root: Path, base: Path, value: str) -> str | None:
+    """VALUE (a path from git's configuration, relative to BASE) as a path relative to
+    ROOT when it lies inside the project; None otherwise."""
+    value = value.strip().strip('"')
+    if not value or value.startswith("~"):
+        return None
+    p = Path(os.path.normpath(base / value))
+    try:
+        rel = p.relative_to(root)
+    except ValueError:
+        return None
+    return str(rel) if str(rel) != "." else None
+
+
+# direnv's standard library: the directives of a project's `.envrc` that name files or
+# directories of the project (the first argument; _ENVRC_DEFAULTS where it may be left out).
+_ENVRC_LINE = re.compile(r"^\s*(source_env_if_exists|source_env|dotenv_if_exists|dotenv|PATH_add|path_add|"
+                         r"load_prefix|watch_file|use\s+flake|use\s+nix|layout)\b[ \t]*([^\s;#]*)", re.M)
+_ENVRC_DEFAULTS = {"dotenv": ".env", "dotenv_if_exists": ".env", "use flake": "flake.nix", "use nix": "shell.nix"}
+
+
+def envrc_targets(root: Path) -> list[str]:
+    """What the project's `.envrc` loads from inside the project when direnv runs it on
+    the host: files it sources (`source_env`, `dotenv`, a nix flake or shell), the
+    directories it puts first on PATH (`PATH_add bin`: a `bin/git` there answers the
+    host's next `git status`). Not `.direnv/`, where `layout` keeps the virtualenvs
+    it puts on PATH (too large to keep a copy of; docs/workflows.md)."""
+    try:
+        text = (root / ".envrc").read_text(errors="replace")[:MAX_FILE]
+    except OSError:
+        return []
+    out: list[str] = []
+    for m in _ENVRC_LINE.finditer(text):
+        verb, arg = re.sub(r"\s+", " ", m.group(1)), m.group(2).strip("\"'")
+        if verb == "layout":
+            continue
+        if verb in ("use flake", "use nix"):
+            out += ["flake.nix", "flake.lock"] if verb == "use flake" else ["shell.nix", "default.nix"]
+            continue
+        value = arg or _ENVRC_DEFAULTS.get(verb, "")
+        if "$" in value or not value:
+            continue
+        if (t := _in_project(root, root, value)) is not None and t not in out:
+            out.append(t)
+    return out
+
+
+def config_targets(root: Path) -> tuple[list[str], list[str]]:
+    """What the project's git setup executes from elsewhere in the project: (paths to
+    protect, git directories). core.hooksPath inside the project (its top directory:
+    husky's `.husky/_` runs `.husky/pre-commit`), include.path / includeIf.*.path
+    files, a `gitdir:` target of a `.git` file, and what an installed hook's manager
+    reads from the working tree (HOOK_MANAGERS: pre-commit's and prek's
+    `.pre-commit-config.yaml`, lefthook's, hk's, overcommit's configurations, mise's
+    task directories)."""
+    extra: list[str] = []
+    gitdirs: list[str] = []
+    git = root / ".git"
+    gitdir = git
+    try:
+        st = os.lstat(git)
+        if stat.S_ISREG(st.st_mode):
+            m = re.match(r"gitdir:\s*(.+)", git.read_text(errors="replace").strip())
+            target = _in_project(root, root, m.group(1)) if m else None
+            if target:
+                gitdirs.append(target)
+                gitdir = root / target
+    except OSError:
+        return extra, gitdirs
+    try:
+        text = (gitdir / "config").read_text(errors="replace")
+    except OSError:
+        text = ""
+    for m in _HOOKS_PATH.finditer(text):
+        if (t := _in_project(root, root, m.group(1))) is not None:
+            extra.append(Path(t).parts[0] if not t.startswith(".git/") else t)
+    section = ""
+    for line in text.splitlines():
+        if (s := _SECTION.match(line)) is not None:
+            section = s.group(1).strip().lower()
+            continue
+        if section.startswith("include") and (k := _PATH_KEY.match(line)) is not None:
+            if (t := _in_project(root, gitdir, k.group(1))) is not None:
+                extra.append(t)
+    try:
+        hooks = [gitdir / "hooks" / n for n in os.listdir(gitdir / "hooks") if not n.endswith(".sample")]
+        heads = [h.read_bytes()[:8192] for h in hooks if h.is_file() and not h.is_symlink()]
+    except OSError:
+        heads = []
+    for mark, paths in HOOK_MANAGERS:
+        if any(mark in head for head in heads):
+            extra.extend(p for p in paths if p not in extra)
+    return extra, gitdirs
+
+
+def find_git_entries(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list[str], bool]:
+    """Every `.git` below ROOT's top (nested repositories, submodules' checkouts), never
+    through a symlink and never into a git directory: (directories, other entries,
+    complete: False when ROOT holds more than LIMIT entries)."""
+    dirs, others, _, complete = walk_project(root, limit)
+    return dirs, others, complete
+
+
+# What makes a directory a (bare) repository to git: it looks for these in every
+# directory it walks up through, and runs the `config` next to them.
+BARE = frozenset({"HEAD", "objects", "refs"})
+
+
+def is_layout(names: set[str]) -> bool:
+    """A directory holding NAMES is a repository to git: HEAD with objects and refs, or
+    HEAD with a commondir (which names where objects, refs and config are)."""
+    return "HEAD" in names and (BARE <= names or "commondir" in names)
+
+
+def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = None) \
+        -> tuple[list[str], list[str], list[str], bool]:
+    """One walk of ROOT, never through a symlink and never into a git directory: every
+    `.git` below the top (directories, other entries), every DEEP name below the top
+    (outside node_modules), complete: False when ROOT holds more than LIMIT entries.
+    BARE gets every directory that holds a bare repository's layout ("." for ROOT)."""
+    dirs: list[str] = []
+    others: list[str] = []
+    deep: list[str] = []
+    n = 0
+    todo: list[tuple[str, bool]] = [("", False)]
+    while todo:
+        rel, in_modules = todo.pop()
+        try:
+            it = os.scandir(root / rel if rel else root)
+        except OSError:
+            continue
+        names: set[str] = set()
+        with it:
+            for e in it:
+                n += 1
+                if n > limit:
+                    return sorted(dirs), sorted(others), sorted(deep), False
+                names.add(e.name)
+                child = f"{rel}/{e.name}" if rel else e.name
+                try:
+                    is_dir = e.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if e.name == ".git":
+                    if rel:
+                        (dirs if is_dir else others).append(child)
+                    continue
+                if rel and not in_modules and e.name in DEEP:
+                    deep.append(child)
+                    continue
+                if is_dir:
+                    todo.append((child, in_modules or e.name == "node_modules"))
+        if bare is not None and is_layout(names):
+            bare.append(rel or ".")
+    return sorted(dirs), sorted(others), sorted(deep), True
