@@ -2,7 +2,7 @@
 asserts nothing.
 
 The scripted Messages API (tests/e2e/messages_api.py, HTTPS with a CA made here) on
-loopback, and kooi's injector (kooi.inject.ProxyServer, the code `kooi secrets serve`
+loopback, and kooi's injector (kooi.injectproxy.ProxyServer, the code `kooi secrets serve`
 runs, in this process) in front of it with a placeholder registered. Side by side,
 alternating, N requests each:
 
@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "tests/e2e"))
 
 from testca import make_ca  # noqa: E402
 
-from kooi import inject  # noqa: E402
+from kooi import injectcontrol, injectproxy  # noqa: E402
 from kooi.hoststate import secrets as secrets_state  # noqa: E402
 
 BODY = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 16, "stream": True,
@@ -79,8 +79,8 @@ def main() -> None:
     cfg = secrets_state.parse(json.dumps({"injector": {"port": 0}, "secrets": {"api": {
         "mode": "inject", "env": "ANTHROPIC_API_KEY", "upstream": f"https://localhost:{api_port}",
         "ca_file": str(d / "ca.pem"), "paths": ["/v1/messages"]}}}))
-    reg = inject.Registry()
-    srv = inject.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"sk-ant-bench"}, reg)
+    reg = injectcontrol.Registry()
+    srv = injectproxy.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"sk-ant-bench"}, reg)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     token = reg.add("bench", "bench", ["api"], ttl=3600)["api"]
     tls = ssl.create_default_context(cafile=str(d / "ca.pem"))

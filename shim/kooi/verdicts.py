@@ -10,7 +10,7 @@ their own), and docs/policy.md's field table is generated from it
 
 The table is also the policy's list of what it looked at: a create, exec, update or
 volume create that sets a top-level (or HostConfig) field the table does not name is
-refused (kooi.policy), so a field the engine learns later is a refusal until someone
+refused (kooi.policybody), so a field the engine learns later is a refusal until someone
 gives it a verdict.
 
 Verdicts:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kooi import apparmor, broker
+from kooi import apparmor, broker, brokerrules
 from kooi.engineapi import Engine
 from kooi.hoststate import HostStateError
 from kooi.hoststate import apparmor as apparmor_state
@@ -99,9 +99,9 @@ def test_the_policy_lets_a_create_name_only_koois_own_profile(profiles_allowed, 
     assert d.allow is allowed, d.reason
 
 
-def _rules(profile: str | None) -> broker.Rules:
+def _rules(profile: str | None) -> brokerrules.Rules:
     scope = broker.RunScope("r1", {"kooi.run": "r1"}, apparmor=profile)
-    return broker.Rules(scope, Engine("/nonexistent"))
+    return brokerrules.Rules(scope, Engine("/nonexistent"))
 
 
 def test_the_broker_gives_the_runs_profile_to_every_container_it_creates():

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kooi import labels
-from kooi.broker import Broker, Rules, RunScope
+from kooi.broker import Broker, RunScope
+from kooi.brokerrules import Rules
 from kooi.engineapi import Engine as Upstream
 from kooi.httpwire import BadRequest, Reader, forward_head, read_body, read_head, stream_body
 from kooi.policy import Policy

@@ -56,8 +56,8 @@ def test_bridges_are_named_after_the_run_or_its_port_and_none_where_the_run_shar
     assert runnet.bridges(cfg("userns_remap"), eg, "run-a", MAIN) == ()
     assert runnet.bridges(cfg("userns_remap"), EgressConfig(port=MAIN, run_bridges=0), "run-a", FIRST) == ()
     assert runnet.bridges(cfg("userns_remap"), None, "run-a", FIRST) == ()
-    # the names every engine's policy lets kooi give a bridge (kooi.policy.KOOI_BRIDGE)
-    from kooi.policy import KOOI_BRIDGE
+    # the names every engine's policy lets kooi give a bridge (kooi.policybody.KOOI_BRIDGE)
+    from kooi.policybody import KOOI_BRIDGE
     assert all(KOOI_BRIDGE.fullmatch(b) for b in (*rootless, *remap))
     assert all(KOOI_BRIDGE.fullmatch(runnet.bridge(f"run-{i}", n)) for i in range(50) for n in range(runnet.BRIDGES))
 

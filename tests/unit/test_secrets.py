@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kooi import inject, workflow
+from kooi import inject, injectcontrol, injectproxy, workflow
 from kooi.hoststate import HostStateError
 from kooi.hoststate import secrets as secrets_state
 
@@ -98,10 +98,10 @@ def test_the_roles_filter_builds_the_description_and_never_shows_a_value():
 
 
 def test_placeholders_belong_to_one_run_and_die_with_it():
-    reg = inject.Registry()
+    reg = injectcontrol.Registry()
     a = reg.add("run-a", "wf", ["anthropic"], ttl=60)["anthropic"]
     b = reg.add("run-b", "wf", ["anthropic"], ttl=60)["anthropic"]
-    assert a != b and a.startswith(inject.PLACEHOLDER_PREFIX)
+    assert a != b and a.startswith(injectcontrol.PLACEHOLDER_PREFIX)
     hit = reg.lookup(a)
     assert hit is not None and hit[0].run == "run-a"
     with pytest.raises(inject.InjectError, match="registered already"):
@@ -153,8 +153,8 @@ def proxy(tmp_path_factory):
                bearer={"mode": "inject", "env": "T", "upstream": f"https://localhost:{up.server_address[1]}",
                        "ca_file": str(d / "ca.pem"), "header": "authorization", "scheme": "Bearer",
                        "paths": ["/api/*"]})
-    reg = inject.Registry()
-    srv = inject.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"REAL-KEY", "bearer": b"REAL-TOKEN"}, reg)
+    reg = injectcontrol.Registry()
+    srv = injectproxy.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"REAL-KEY", "bearer": b"REAL-TOKEN"}, reg)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv, reg
     srv.shutdown()
@@ -246,7 +246,7 @@ def test_one_run_trickling_bodies_does_not_starve_another(proxy, monkeypatch):
     hog = reg.add("run-hog", "wf", ["api"], ttl=60)["api"]
     ok = reg.add("run-ok", "wf", ["api"], ttl=60)["api"]
     held = []
-    for _ in range(inject.MAX_CONCURRENT + 8):
+    for _ in range(injectproxy.MAX_CONCURRENT + 8):
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         s.sendall(f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {hog}\r\n"
                   "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{".encode())
@@ -265,7 +265,7 @@ def test_one_run_trickling_bodies_does_not_starve_another(proxy, monkeypatch):
 
 def test_a_body_past_its_deadline_is_refused(proxy, monkeypatch):
     srv, reg = proxy
-    monkeypatch.setattr(inject, "BODY_DEADLINE", 1.0)
+    monkeypatch.setattr(injectproxy, "BODY_DEADLINE", 1.0)
     tok = reg.add("run-slow", "wf", ["api"], ttl=60)["api"]
     s = socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=10)
     s.sendall(f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {tok}\r\n"
@@ -326,5 +326,5 @@ def test_client_tools_and_listed_server_tools_pass(proxy):
     reg.release("run-tools")
     sdef = srv.cfg.secrets["api"]
     allowed = dataclasses.replace(sdef, server_tools=("web_search",))
-    assert inject.body_refusal(allowed, b'{"tools": [{"type": "web_search_20250305", "name": "w"}]}') is None
-    assert inject.body_refusal(allowed, b'{"tools": [{"type": "web_fetch_20250910", "name": "w"}]}') is not None
+    assert injectproxy.body_refusal(allowed, b'{"tools": [{"type": "web_search_20250305", "name": "w"}]}') is None
+    assert injectproxy.body_refusal(allowed, b'{"tools": [{"type": "web_fetch_20250910", "name": "w"}]}') is not None

@@ -32,7 +32,7 @@ ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 UPSTREAM_RE = re.compile(r"^https://([A-Za-z0-9.-]+)(?::([0-9]{1,5}))?$")
 MODES = ("inject", "environment")
-# What the injector checks in a request body before it forwards it (inject.body_refusal):
+# What the injector checks in a request body before it forwards it (injectproxy.body_refusal):
 # none, or the Anthropic Messages API's (no MCP connector, no server-side tools but
 # those the route's server_tools names).
 BODIES = ("", "anthropic-messages")

@@ -1,0 +1,104 @@
+"""The broker's socket server: one request per client connection, read, decided on by
+the Broker (refusals answered in the engine's error format) and relayed to the engine
+on a fresh connection; attach and exec-start connections relayed both ways.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import socketserver
+from typing import TYPE_CHECKING, Any
+
+from .httpwire import (
+    BadRequest,
+    NoRequest,
+    Reader,
+    Request,
+    continue_if_expected,
+    forward,
+    read_body,
+    read_head,
+    respond,
+)
+from .policy import Created, normalize, route
+from .policybody import deny
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, path: str, broker: Broker) -> None:
+        self.broker = broker
+        super().__init__(path, _Handler)
+
+
+def _reply(sock: socket.socket, status: int, message: str | None = None, doc: Any = None) -> None:
+    """Answer with an error (MESSAGE, the engine's error format) or a document the
+    broker produced (DOC)."""
+    respond(sock, status, json.dumps({"message": message} if doc is None else doc).encode())
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        client: socket.socket = self.request
+        broker = self.server.broker
+        r = Reader(client)
+        try:
+            req = read_head(r)
+        except NoRequest:
+            return
+        except (BadRequest, OSError) as exc:
+            broker.record(Request("?", "(a malformed request)", "", []), deny(f"malformed request: {exc}"))
+            _reply(client, 400, f"kooi broker: {exc}")
+            return
+        path, _ = normalize(req.uri)
+        hit = route(req.method, path)
+        try:
+            continue_if_expected(client, req)
+            if hit and hit.route.body:
+                req.body = read_body(r, req, broker.max_body)
+                if req.body is None:
+                    d = deny(f"body exceeds {broker.max_body} bytes, refused")
+                    broker.record(req, d)
+                    _reply(client, 403, f"kooi broker: {d.reason}")
+                    return
+            d, req = broker.decide(req)
+        except BadRequest as exc:
+            broker.record(req, deny(f"malformed request: {exc}"))
+            _reply(client, 400, f"kooi broker: {exc}")
+            return
+        except OSError as exc:
+            _reply(client, 502, f"kooi broker: the engine does not answer ({exc})")
+            return
+        broker.record(req, d)
+        if not d.allow:
+            _reply(client, 403, f"kooi broker: {d.reason}")
+            return
+        if broker.scope.attach:
+            try:
+                if hit and hit.route.run == Created("network"):
+                    status, doc = broker.create_attached_network(req)
+                    _reply(client, status, doc=doc)
+                    return
+                broker.before_network_removal(req.method, path)
+            except OSError as exc:
+                _reply(client, 502, f"kooi broker: the engine does not answer ({exc})")
+                return
+        try:
+            up = broker.upstream.connect()
+        except OSError as exc:
+            _reply(client, 502, f"kooi broker: the engine does not answer ({exc})")
+            return
+        up.settimeout(None)
+        try:
+            forward(r, req, client, up, upgrade=bool(hit and hit.route.hijack))
+        except (OSError, BadRequest):
+            pass
+        finally:
+            up.close()

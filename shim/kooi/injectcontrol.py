@@ -1,0 +1,186 @@
+"""The injector's registration of runs: the registry (a run's placeholders, its record
+of requests forwarded and refused, its slots) and the control socket where `kooi run`
+registers a run (the injector reads the workflow itself) and releases it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets as pysecrets
+import socket
+import socketserver
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .hoststate.secrets import SecretsConfig
+from .inject import InjectError
+
+PLACEHOLDER_PREFIX = "kooi-placeholder-"
+RUN_RE = re.compile(r"^[A-Za-z0-9._-]{1,160}$")
+# Requests of one run forwarded at once (its slots; kooi.injectproxy takes them).
+MAX_PER_RUN = 16
+MAX_RECORDED = 200
+
+
+# --- the daemon's state ----------------------------------------------------------------
+
+
+@dataclass
+class RunRecord:
+    run: str
+    workflow: str
+    expires: float
+    tokens: dict[str, str] = field(default_factory=dict)  # secret -> placeholder
+    forwarded: int = 0
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(MAX_PER_RUN))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "workflow": self.workflow, "secrets": sorted(self.tokens),
+                "forwarded": self.forwarded, "refused": self.refused, "requests": self.requests}
+
+
+class Registry:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: dict[str, RunRecord] = {}
+        self.tokens: dict[str, tuple[str, str]] = {}  # placeholder -> (run, secret)
+
+    def _prune(self) -> None:
+        now = time.time()
+        for run in [r for r, rec in self.runs.items() if rec.expires < now]:
+            self._drop(run)
+
+    def _drop(self, run: str) -> RunRecord | None:
+        rec = self.runs.pop(run, None)
+        if rec:
+            for tok in rec.tokens.values():
+                self.tokens.pop(tok, None)
+        return rec
+
+    def add(self, run: str, workflow: str, names: list[str], ttl: float) -> dict[str, str]:
+        with self.lock:
+            self._prune()
+            if run in self.runs:
+                raise InjectError(f"run {run} is registered already")
+            rec = RunRecord(run, workflow, time.time() + ttl)
+            for n in names:
+                tok = PLACEHOLDER_PREFIX + pysecrets.token_urlsafe(24)
+                rec.tokens[n] = tok
+                self.tokens[tok] = (run, n)
+            self.runs[run] = rec
+            return dict(rec.tokens)
+
+    def lookup(self, token: str) -> tuple[RunRecord, str] | None:
+        with self.lock:
+            self._prune()
+            hit = self.tokens.get(token)
+            if hit is None:
+                return None
+            return self.runs[hit[0]], hit[1]
+
+    def note(self, rec: RunRecord, entry: dict[str, Any], refused: bool) -> None:
+        with self.lock:
+            if refused:
+                if len(rec.refused) < MAX_RECORDED:
+                    rec.refused.append(entry)
+            else:
+                rec.forwarded += 1
+                if len(rec.requests) < MAX_RECORDED:
+                    rec.requests.append(entry)
+
+    def release(self, run: str) -> dict[str, Any] | None:
+        with self.lock:
+            rec = self._drop(run)
+            return rec.as_dict() if rec else None
+
+
+# --- the control socket ---------------------------------------------------------------
+
+
+class ControlHandler(socketserver.StreamRequestHandler):
+    server: ControlServer
+
+    def handle(self) -> None:
+        try:
+            creds = self.request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, gid = struct.unpack("3i", creds)
+            if uid != 0 and gid != self.server.group and self.server.group not in _groups_of(uid):
+                return self._answer({"ok": False, "error": "not allowed"})
+            line = self.rfile.readline(65536)
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                raise ValueError("not an object")
+            self._answer(self.server.dispatch(req))
+        except InjectError as exc:
+            self._answer({"ok": False, "error": str(exc)})
+        except (ValueError, OSError) as exc:
+            self._answer({"ok": False, "error": f"bad request: {exc}"})
+
+    def _answer(self, doc: dict[str, Any]) -> None:
+        try:
+            self.wfile.write(json.dumps(doc).encode() + b"\n")
+        except OSError:
+            pass
+
+
+class ControlServer(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, path: str, group: int, cfg: SecretsConfig, values: dict[str, bytes],
+                 registry: Registry, workflow_dir: Path | None = None) -> None:
+        self.group, self.cfg, self.values, self.registry = group, cfg, values, registry
+        self.workflow_dir = workflow_dir
+        super().__init__(path, ControlHandler)
+
+    def dispatch(self, req: dict[str, Any]) -> dict[str, Any]:
+        from . import workflow
+
+        op = req.get("op")
+        if op == "status":
+            return {"ok": True, "pid": os.getpid(), "uid": os.getuid(), "runs": len(self.registry.runs),
+                    "secrets": sorted(self.cfg.secrets)}
+        run = req.get("run")
+        if not isinstance(run, str) or not RUN_RE.match(run):
+            raise InjectError("run: not a run id")
+        if op == "register":
+            name = req.get("workflow")
+            if not isinstance(name, str):
+                raise InjectError("workflow: not a workflow name")
+            # The directory kooi run read it from (its KOOI_WORKFLOW_DIR), held to the
+            # same rule: root-owned and writable by nobody else.
+            directory = req.get("directory")
+            if not isinstance(directory, str) or not directory.startswith("/"):
+                directory = str(self.workflow_dir or workflow.WORKFLOW_DIR)
+            try:
+                wf = workflow.load(name, Path(directory))
+            except workflow.WorkflowError as exc:
+                raise InjectError(str(exc)) from None
+            unknown = [n for n in wf.secrets if n not in self.cfg.secrets]
+            if unknown:
+                raise InjectError(f"workflow {name} names secrets this host does not hold: {', '.join(unknown)}")
+            injected = [n for n in wf.secrets if self.cfg.secrets[n].mode == "inject"]
+            tokens = self.registry.add(run, name, injected, ttl=wf.timeout + 600)
+            env = {self.cfg.secrets[n].env: self.values[n].decode() for n in wf.secrets
+                   if self.cfg.secrets[n].mode == "environment"}
+            return {"ok": True, "placeholders": tokens, "environment": env}
+        if op == "release":
+            return {"ok": True, "record": self.registry.release(run)}
+        raise InjectError(f"unknown op {op!r}")
+
+
+def _groups_of(uid: int) -> list[int]:
+    import pwd
+
+    try:
+        pw = pwd.getpwuid(uid)
+        return os.getgrouplist(pw.pw_name, pw.pw_gid)
+    except (KeyError, OSError):
+        return []

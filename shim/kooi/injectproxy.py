@@ -1,0 +1,315 @@
+"""The injector's reverse proxy: a request that carries a live placeholder and a method
+and path its secret allows is forwarded over TLS to the secret's upstream, its own
+credential headers replaced by the real one and the answer streamed back; anything else
+is refused and recorded for the run.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import json
+import ssl
+import threading
+import time
+from typing import Any
+
+from .hoststate.secrets import SecretDef, SecretsConfig
+from .injectcontrol import MAX_PER_RUN, PLACEHOLDER_PREFIX, Registry, RunRecord
+
+MAX_BODY = 32 << 20  # the Messages API's own request limit
+# Requests forwarded at once: per run (MAX_PER_RUN, kooi.injectcontrol: one run cannot
+# take the others' share) and over all runs. A slot is taken only once the whole body
+# is in, read within BODY_DEADLINE seconds: a run that trickles its bodies holds no slot
+# (issue 29, finding 4).
+MAX_CONCURRENT = 256
+BODY_DEADLINE = 60.0
+# Anthropic-defined tools the client runs (the API only describes them to the model);
+# every other typed tool runs on the API's side, reaching hosts the request names.
+CLIENT_TOOL_TYPES = ("custom", "bash_", "text_editor_", "computer_", "memory_")
+# Hop-by-hop headers (RFC 9110 7.6.1) and every header that may carry a credential or
+# route the request: never forwarded as the client sent them.
+DROP_REQUEST = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
+                "trailer", "transfer-encoding", "upgrade", "host", "content-length", "x-api-key", "authorization",
+                "cookie", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip"}
+DROP_RESPONSE = {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "te", "trailer",
+                 "transfer-encoding", "upgrade", "content-length", "set-cookie"}
+
+
+def tls_context(s: SecretDef) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=s.ca_file or None)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+# --- the reverse proxy ----------------------------------------------------------------
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in seen:
+            raise _Duplicate(k)
+        seen[k] = v
+    return seen
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def body_refusal(sdef: SecretDef, body: bytes) -> tuple[int, str] | None:
+    """Why the route SDEF does not forward BODY (status, message), or None. With body
+    anthropic-messages: a JSON object (no key twice anywhere: the API's parser and
+    this one must not see different requests) without the MCP connector
+    (mcp_servers) and without server-side tools (web fetch and search, code
+    execution, any typed tool but the client's own) unless server_tools names them."""
+    if sdef.body != "anthropic-messages":
+        return None
+    try:
+        doc = json.loads(body.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except _Duplicate as exc:
+        return 400, f"the request body names {str(exc)[:80]!r} twice in one object"
+    except (ValueError, UnicodeDecodeError):
+        return 400, "the request body is not JSON (UTF-8)"
+    if not isinstance(doc, dict):
+        return 400, "the request body is not a JSON object"
+    if doc.get("mcp_servers") and "mcp" not in sdef.server_tools:
+        return 403, (f"mcp_servers is not allowed for secret {sdef.name} (the API's MCP connector reaches the "
+                     "servers the request names); the operator allows it with server_tools: [mcp]")
+    tools = doc.get("tools") or []
+    if not isinstance(tools, list):
+        return 400, "tools is not a list"
+    for t in tools:
+        if not isinstance(t, dict):
+            return 400, "a tool is not a JSON object"
+        kind = t.get("type")
+        if kind is None or isinstance(kind, str) and (kind == "custom" or kind.startswith(CLIENT_TOOL_TYPES[1:])):
+            continue
+        if not isinstance(kind, str):
+            return 400, "a tool's type is not a string"
+        if any(kind == a or kind.startswith(a + "_") for a in sdef.server_tools):
+            continue
+        return 403, (f"the server tool {kind[:80]} is not allowed for secret {sdef.name} (the API runs it, reaching "
+                     "hosts the request names); the operator allows it with server_tools")
+    return None
+
+
+def _error_body(kind: str, message: str) -> bytes:
+    return json.dumps({"type": "error", "error": {"type": kind, "message": f"kooi injector: {message}"}}).encode()
+
+
+class ProxyHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "kooi-inject"
+    sys_version = ""
+    disable_nagle_algorithm = True
+    # A client that sends nothing (or reads nothing) for this long is dropped.
+    timeout = 60
+    server: ProxyServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # the access log is JSON, written by _log
+
+    def _log(self, run: str, secret: str, status: int, verdict: str, **extra: Any) -> dict[str, Any]:
+        entry = {"time": round(time.time(), 3), "run": run, "secret": secret, "method": self.command,
+                 "path": self.path.split("?", 1)[0][:512], "status": status, "verdict": verdict, **extra}
+        self.server.write_log(entry)
+        return entry
+
+    def _refuse(self, status: int, kind: str, message: str, rec: RunRecord | None, secret: str) -> None:
+        # Recorded before the answer goes out: a run released right after it has it.
+        entry = self._log(rec.run if rec else "-", secret, status, "refused", reason=message)
+        if rec is not None:
+            self.server.registry.note(rec, {k: entry[k] for k in ("time", "method", "path", "status", "reason")},
+                                      refused=True)
+        body = _error_body(kind, message)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("x-should-retry", "false")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except OSError:
+            self.close_connection = True  # the client is gone; the refusal is recorded
+
+    def _credential(self) -> str:
+        """The placeholder the request carries, in x-api-key or as a bearer token
+        (clients that send both, like Claude Code's apiKeyHelper, send it twice)."""
+        auth = self.headers.get("authorization", "")
+        for value in (self.headers.get("x-api-key", ""), auth[7:] if auth.lower().startswith("bearer ") else ""):
+            if value.strip().startswith(PLACEHOLDER_PREFIX):
+                return value.strip()
+        return ""
+
+    def _handle(self) -> None:
+        reg = self.server.registry
+        token = self._credential()
+        hit = reg.lookup(token) if token else None
+        if hit is None:
+            # Close: the body (if any) was not read.
+            self.close_connection = True
+            self._refuse(401, "authentication_error", "no live kooi placeholder in x-api-key or Authorization",
+                         None, "-")
+            return
+        rec, name = hit
+        sdef = self.server.cfg.secrets[name]
+        path = self.path
+        if not path.startswith("/") or not sdef.allows(self.command, path.split("?", 1)[0]):
+            self.close_connection = True
+            self._refuse(403, "permission_error", f"{self.command} {path.split('?', 1)[0][:200]} is not allowed "
+                         f"for secret {name}", rec, name)
+            return
+        if "transfer-encoding" in self.headers:
+            self.close_connection = True
+            self._refuse(411, "invalid_request_error", "chunked request bodies are not forwarded; "
+                         "send Content-Length", rec, name)
+            return
+        try:
+            length = int(self.headers.get("content-length", "0"))
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            self.close_connection = True
+            self._refuse(413, "invalid_request_error", "missing, malformed or too large Content-Length", rec, name)
+            return
+        if self.headers.get("content-encoding", "identity").strip().lower() != "identity":
+            self.close_connection = True
+            self._refuse(415, "invalid_request_error", "Content-Encoding is not forwarded: send the body as it is",
+                         rec, name)
+            return
+        body = self._read_body(length)
+        if body is None:
+            self.close_connection = True
+            self._refuse(408, "invalid_request_error", f"the body did not arrive within {BODY_DEADLINE:g} s",
+                         rec, name)
+            return
+        if (why := body_refusal(sdef, body)) is not None:
+            self._refuse(why[0], "permission_error" if why[0] == 403 else "invalid_request_error", why[1], rec, name)
+            return
+        if not rec.slots.acquire(blocking=False):
+            self.close_connection = True
+            self._refuse(429, "rate_limit_error", f"more than {MAX_PER_RUN} requests of this run at once", rec, name)
+            return
+        try:
+            if not self.server.slots.acquire(blocking=False):
+                self.close_connection = True
+                self._refuse(429, "rate_limit_error", f"more than {MAX_CONCURRENT} requests at once", rec, name)
+                return
+            try:
+                self._forward(rec, name, sdef, body)
+            finally:
+                self.server.slots.release()
+        finally:
+            rec.slots.release()
+
+    def _read_body(self, length: int) -> bytes | None:
+        """LENGTH bytes within BODY_DEADLINE seconds, or None."""
+        deadline = time.monotonic() + BODY_DEADLINE
+        chunks, left = [], length
+        try:
+            while left:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self.connection.settimeout(remaining)
+                chunk = self.rfile.read1(min(left, 1 << 16))
+                if not chunk:
+                    return None
+                chunks.append(chunk)
+                left -= len(chunk)
+        except (TimeoutError, OSError):
+            return None
+        finally:
+            try:
+                self.connection.settimeout(self.timeout)
+            except OSError:
+                pass
+        return b"".join(chunks)
+
+    def _forward(self, rec: RunRecord, name: str, sdef: SecretDef, body: bytes) -> None:
+        conn_tokens = {t.strip().lower() for t in self.headers.get("connection", "").split(",")}
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in DROP_REQUEST and k.lower() not in conn_tokens and k.lower() != sdef.header.lower()}
+        port = sdef.upstream_port
+        headers["Host"] = sdef.upstream_host if port == 443 else f"{sdef.upstream_host}:{port}"
+        value = self.server.values[name].decode()
+        headers[sdef.header] = f"{sdef.scheme} {value}" if sdef.scheme else value
+        t0 = time.monotonic()
+        up = http.client.HTTPSConnection(sdef.upstream_host, port, context=self.server.tls[name], timeout=600)
+        sent = 0
+        try:
+            try:
+                up.request(self.command, self.path, body=body if body or self.command in ("POST", "PUT", "PATCH")
+                           else None, headers=headers)
+                resp = up.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                self.close_connection = True
+                self._refuse(502, "api_error", f"upstream {sdef.upstream} failed: {exc.__class__.__name__}",
+                             rec, name)
+                return
+            # Recorded before the answer goes out: a run released right after it has it.
+            self.server.registry.note(rec, {"time": round(time.time(), 3), "method": self.command,
+                                            "path": self.path.split("?", 1)[0][:512], "status": resp.status},
+                                      refused=False)
+            self.send_response_only(resp.status, resp.reason)
+            for k, v in resp.getheaders():
+                if k.lower() not in DROP_RESPONSE:
+                    self.send_header(k, v)
+            no_body = self.command == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
+            clen = resp.getheader("content-length")
+            chunked = not no_body and (clen is None or resp.chunked)
+            if no_body:
+                self.send_header("Content-Length", clen or "0")
+            elif chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            else:
+                self.send_header("Content-Length", str(clen))
+            self.end_headers()
+            if not no_body:
+                while True:
+                    piece = resp.read1(65536)
+                    if not piece:
+                        break
+                    sent += len(piece)
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                    self.wfile.flush()
+                if chunked:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+            self._log(rec.run, name, resp.status, "forwarded", bytes_in=len(body), bytes_out=sent,
+                      ms=round((time.monotonic() - t0) * 1000, 1))
+        finally:
+            up.close()
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_GET
+
+
+class ProxyServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, addr: tuple[str, int], cfg: SecretsConfig, values: dict[str, bytes],
+                 registry: Registry) -> None:
+        self.cfg, self.values, self.registry = cfg, values, registry
+        self.tls = {n: tls_context(s) for n, s in cfg.injected.items()}
+        self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
+        self.log_lock = threading.Lock()
+        self.log_file: Any = None
+        super().__init__(addr, ProxyHandler)
+
+    def write_log(self, entry: dict[str, Any]) -> None:
+        if self.log_file is None:
+            return
+        with self.log_lock:
+            self.log_file.write(json.dumps(entry) + "\n")
+            self.log_file.flush()
