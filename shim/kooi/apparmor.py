@@ -11,6 +11,7 @@ without AppArmor runs unconfined by it, and the result says so.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,3 +127,16 @@ def allowed_profiles(state: AppArmorState | None) -> tuple[str, ...]:
     if state and state.enabled and state.runner_profile:
         return (state.runner_profile,)
     return ()
+
+
+def host_profiles(warn: Callable[[str], object]) -> tuple[str, ...]:
+    """kooi's own AppArmor profiles on this host, which the policy lets container
+    creates name; none (and WARN says why) when the host's description is unreadable."""
+    from .hoststate import HostStateError
+    from .hoststate import apparmor as apparmor_state
+
+    try:
+        return allowed_profiles(apparmor_state.load())
+    except HostStateError as exc:
+        warn(f"{exc}; no AppArmor profile may be named")
+        return ()

@@ -8,8 +8,10 @@ workflow on a scratch project). Output: text, JSON (docs/verify.schema.json) or 
 
 from __future__ import annotations
 
+import json
 import socket
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -92,3 +94,13 @@ def render_junit(report: dict[str, Any]) -> str:
 
 def known_ids() -> list[str]:
     return [c.id for c in CHECKS]
+
+
+def render_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2) + "\n"
+
+
+# Every report format, by the name `kooi verify --format` takes: one interface
+# (report -> text), so a new format is one function here and nothing else.
+FORMATS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "text": render_text, "json": render_json, "junit": render_junit, "cis": render_cis}

@@ -35,6 +35,23 @@ class WorkflowError(Exception):
     """The workflow is missing, unsafe to read or invalid; the message names file and key."""
 
 
+@lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    sch: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
+    return sch
+
+
+def _defaults(props: dict[str, Any]) -> dict[str, Any]:
+    return {k: v["default"] for k, v in props.items() if "default" in v}
+
+
+# Every setting is declared once, in the schema (type, default, doc); the defaults
+# below, parse() and docs/workflows.md's key table (scripts/workflow-docs.py) derive
+# from it.
+DEFAULTS = _defaults(schema()["properties"])
+SESSION_DEFAULTS = _defaults(schema()["properties"]["session"]["properties"])
+
+
 @dataclass(frozen=True)
 class Limits:
     memory: str | None = None
@@ -48,30 +65,34 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Session:
+    """A session workflow's `session` key (docs/sessions.md)."""
+
+    shell: tuple[str, ...] = tuple(SESSION_DEFAULTS["shell"])
+    idle_timeout: int = SESSION_DEFAULTS["idle_timeout"]
+    seed: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class Workflow:
     name: str
     path: Path
     command: tuple[str, ...]
-    mode: str = "container"
-    image: str = "runner"
-    workdir: str = "."
+    mode: str = DEFAULTS["mode"]
+    image: str = DEFAULTS["image"]
+    workdir: str = DEFAULTS["workdir"]
     environment: dict[str, str] = field(default_factory=dict)
-    timeout: int = 3600
+    timeout: int = DEFAULTS["timeout"]
     limits: Limits = Limits()
-    tmpfs_size: str = "1g"
-    network: str = "none"
-    testcontainers: bool = False
+    tmpfs_size: str = DEFAULTS["tmpfs_size"]
+    network: str = DEFAULTS["network"]
+    testcontainers: bool = DEFAULTS["testcontainers"]
     min_isolation: str | None = None
     description: str = ""
     secrets: tuple[str, ...] = ()
     unprotected_paths: tuple[str, ...] = ()
-    debugger: bool = False
-
-
-@lru_cache(maxsize=1)
-def schema() -> dict[str, Any]:
-    sch: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
-    return sch
+    debugger: bool = DEFAULTS["debugger"]
+    session: Session | None = None
 
 
 @dataclass
@@ -186,7 +207,18 @@ def validate(data: Any, source: str) -> list[str]:
         names = data.get("secrets") or []
         if len(set(names)) != len(names):
             msgs.append(f"{source}: key 'secrets': a secret is named twice")
-        wd = data.get("workdir", ".")
+        if "session" in data:
+            if "command" in data:
+                msgs.append(f"{source}: key 'command': a session has no command; its terminals start "
+                            "session.shell")
+            if data.get("mode", DEFAULTS["mode"]) != "container":
+                msgs.append(f"{source}: key 'session': sessions run in container mode only")
+            for rel in (data["session"].get("seed") or {}):
+                if ".." in Path(rel).parts:
+                    msgs.append(f"{source}: key 'session.seed.{rel}': '..' leaves the home")
+        elif "command" not in data:
+            msgs.append(f"{source}: 'command' is a required property (or 'session' for a session workflow)")
+        wd = data.get("workdir", DEFAULTS["workdir"])
         if ".." in Path(wd).parts:
             msgs.append(f"{source}: key 'workdir': {wd!r} leaves the project ('..' is not allowed)")
     return msgs
@@ -207,6 +239,19 @@ def check_inline(name: Any, data: Any, source: str) -> list[str]:
     if "name" in data and data["name"] != name:
         errors.append(f"{source}: key 'name': {data['name']!r} differs from the workflow name {name!r}")
     return errors
+
+
+def inline_errors(name: Any, data: Any, source: str, store: SecretsConfig | None,
+                  host: limits_state.LimitsConfig) -> list[str]:
+    """Every error of an inline workflow: its name and body, then (when those are
+    valid) its secrets against STORE and its limits against HOST."""
+    errors = check_inline(name, data, source)
+    if errors:
+        return errors
+    return (secret_errors(data.get("secrets"), data.get("mode", DEFAULTS["mode"]),
+                          data.get("network") == "proxy" or bool(data.get("testcontainers")),
+                          data.get("environment") or {}, source, store)
+            + limit_errors(data.get("limits"), source, host))
 
 
 def _check_root_owned(path: Path, what: str) -> None:
@@ -244,16 +289,25 @@ def parse(path: Path, name: str | None = None) -> Workflow:
     if errors:
         raise WorkflowError("\n".join(errors))
     lim = data.get("limits") or {}
+    ses = data.get("session")
     return Workflow(
-        name=stem, path=path, command=tuple(data["command"]), mode=data.get("mode", "container"),
-        image=data.get("image", "runner"), workdir=data.get("workdir", "."),
-        environment=dict(data.get("environment") or {}), timeout=int(data.get("timeout", 3600)),
+        name=stem, path=path, command=tuple(data.get("command") or ()), mode=_get(data, "mode"),
+        image=_get(data, "image"), workdir=_get(data, "workdir"),
+        environment=dict(data.get("environment") or {}), timeout=int(_get(data, "timeout")),
         limits=Limits(lim.get("memory"), lim.get("cpus"), lim.get("pids"), lim.get("files")),
-        tmpfs_size=data.get("tmpfs_size", "1g"), network=data.get("network", "none"),
-        testcontainers=bool(data.get("testcontainers", False)),
+        tmpfs_size=_get(data, "tmpfs_size"), network=_get(data, "network"),
+        testcontainers=bool(_get(data, "testcontainers")),
         min_isolation=data.get("min_isolation"), description=data.get("description", ""),
         secrets=tuple(data.get("secrets") or ()), unprotected_paths=tuple(data.get("unprotected_paths") or ()),
-        debugger=bool(data.get("debugger", False)))
+        debugger=bool(_get(data, "debugger")),
+        session=None if ses is None else Session(
+            shell=tuple(ses.get("shell", SESSION_DEFAULTS["shell"])),
+            idle_timeout=int(ses.get("idle_timeout", SESSION_DEFAULTS["idle_timeout"])),
+            seed=tuple(sorted((ses.get("seed") or {}).items()))))
+
+
+def _get(data: dict[str, Any], key: str) -> Any:
+    return data.get(key, DEFAULTS[key])
 
 
 def limit_errors(lim: Any, source: str, host: limits_state.LimitsConfig) -> list[str]:

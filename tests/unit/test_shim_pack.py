@@ -32,16 +32,16 @@ def test_two_checkouts_pack_byte_for_byte_the_same(tmp_path):
     assert (tmp_path / "a.tar").read_bytes() == (tmp_path / "b.tar").read_bytes()
     with tarfile.open(tmp_path / "a.tar") as t:
         names = t.getnames()
-    assert "kooi/cli.py" in names and "kooi/schemas/workflow.schema.json" in names
+    assert "kooi/cli/__init__.py" in names and "kooi/schemas/workflow.schema.json" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
 def test_a_changed_module_gets_another_mtime(tmp_path):
     a = _copy(tmp_path, "a", 1_000_000)
     pack.pack(a, tmp_path / "a.tar")
-    (a / "cli.py").write_text((a / "cli.py").read_text().replace("kooi", "kOoi", 1))  # same size
+    (a / "cli/__init__.py").write_text((a / "cli/__init__.py").read_text().replace("kooi", "kOoi", 1))  # same size
     pack.pack(a, tmp_path / "b.tar")
     with tarfile.open(tmp_path / "a.tar") as ta, tarfile.open(tmp_path / "b.tar") as tb:
-        ma, mb = ta.getmember("kooi/cli.py"), tb.getmember("kooi/cli.py")
+        ma, mb = ta.getmember("kooi/cli/__init__.py"), tb.getmember("kooi/cli/__init__.py")
         assert ma.size == mb.size and ma.mtime != mb.mtime
         assert ta.getmember("kooi/run/execute.py").mtime == tb.getmember("kooi/run/execute.py").mtime

@@ -135,3 +135,36 @@ def test_isolation_order():
 def test_example_yaml_is_plain_yaml():
     for p in (REPO / "examples/workflows").glob("*.yml"):
         assert isinstance(yaml.safe_load(p.read_text()), dict)
+
+
+def test_docs_workflows_md_key_table_is_generated_from_the_schema():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, str(Path(__file__).parents[2] / "scripts" / "workflow-docs.py"), "--check"],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+
+
+def test_defaults_come_from_the_schema_alone():
+    props = workflow.schema()["properties"]
+    wf = workflow.Workflow(name="d", path=Path("/x"), command=("true",))
+    for key, prop in props.items():
+        if "default" in prop:
+            assert getattr(wf, key) == prop["default"], key
+
+
+def test_a_session_workflow_has_no_command_and_runs_in_a_container(tmp_path):
+    f = tmp_path / "s.yml"
+    f.write_text("session: {idle_timeout: 60, seed: {.claude.json: '{}'}}\n")
+    wf = workflow.parse(f)
+    assert wf.session is not None and wf.session.shell == ("bash", "-l") and wf.command == ()
+    assert wf.session.seed == ((".claude.json", "{}"),) and wf.session.idle_timeout == 60
+    for text, why in (("session: {}\ncommand: [x]\n", "a session has no command"),
+                      ("session: {}\nmode: jail\n", "container mode only"),
+                      ("session: {seed: {a/../../b: x}}\n", "leaves the home"),
+                      ("mode: container\n", "'command' is a required property"),
+                      ("session: {idle_timeout: 5}\n", "minimum")):
+        f.write_text(text)
+        with pytest.raises(workflow.WorkflowError, match=why):
+            workflow.parse(f)

@@ -215,3 +215,34 @@ def host_ceilings(cfg: host_limits.LimitsConfig) -> dict[str, int]:
     if "files" in mx:
         out["ulimit:nofile"] = int(mx["files"])
     return out
+
+
+def broker_ceilings(text: str, upstream: str) -> dict[str, int]:
+    """`kooi broker --limits`: a workflow's `limits` (JSON TEXT), the rest the host's
+    defaults, as the engine at UPSTREAM bounds them (what kooi run gives a run's
+    broker). ValueError: TEXT is not such limits; OSError: the engine does not answer."""
+    import json
+
+    from .. import engineapi
+    from .container import engine_limits
+
+    try:
+        want = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(want, dict) or set(want) - set(host_limits.KEYS):
+        raise ValueError(f"expected an object with keys from {', '.join(host_limits.KEYS)}")
+    for key, value in want.items():
+        if (err := host_limits.value_error(key, value)) is not None:
+            raise ValueError(f"{key}: {err}")
+    values, origin, errors = host_limits.resolve(want, host_limits.load())
+    if errors:
+        raise ValueError("; ".join(errors))
+    eng = engineapi.Engine(upstream)
+    try:
+        info = eng.info()
+    except engineapi.APIError as exc:
+        raise OSError(f"the engine does not answer GET /info: {exc}") from None
+    mode = "rootless" if "rootless" in (info.get("SecurityOptions") or [""])[-1] else "rootful"
+    plan = for_container(values, origin, engine_limits(info), info.get("NCPU"), mode, eng.hard_rlimits())
+    return plan.ceilings()

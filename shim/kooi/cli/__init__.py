@@ -1,0 +1,36 @@
+"""The `kooi` command line: one module per command group, each of which parses its
+arguments, calls one owner function and renders the answer (the owners live outside
+this package: kooi.engine, kooi.run, kooi.verify, ...)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import __version__
+from . import authz, broker, egress, engine, image, run, secrets, verify, workflow
+from .exits import EXIT_FAIL, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE
+
+__all__ = ["EXIT_FAIL", "EXIT_NOT_RUNNING", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+
+# In the order `kooi --help` lists them.
+GROUPS = (engine, egress, secrets, run, workflow, image, verify, authz, broker)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kooi", description="kooi: run AI coding agents and their builds in a cage.")
+    p.add_argument("--version", action="version", version=f"kooi {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    for group in GROUPS:
+        group.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    rc: int = args.func(args)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
