@@ -20,11 +20,24 @@ SCAN = f"{PREFIX}.scan"  # "1" on the throw-away containers of image scans
 INPUTS = f"{PREFIX}.inputs"  # on images: sha256 of what the image was built from
 IMAGE = f"{PREFIX}.image"  # on images: the pin name (runner, ...)
 BASE = f"{PREFIX}.base"  # on images: the pinned base image id
+SESSION = f"{PREFIX}.session"  # "1" on a session's container (run.session)
+PERSON = f"{PREFIX}.person"  # whose session it is, or whose kept home
+HOME = f"{PREFIX}.home"  # "1" on a session's kept home (a volume no run's cleanup removes)
 
 
 def run_labels(workflow: str, project: str, run_id: str) -> dict[str, str]:
     """The labels of the workload container and everything its run creates."""
     return {MANAGED: "1", RUN: run_id, WORKFLOW: workflow, PROJECT: project}
+
+
+def session_labels(person: str) -> dict[str, str]:
+    """What a session's container carries besides its run's labels."""
+    return {SESSION: "1", PERSON: person}
+
+
+def home_labels(person: str, workflow: str) -> dict[str, str]:
+    """A session's kept home: not MANAGED, so no run's or gc's cleanup takes it."""
+    return {HOME: "1", PERSON: person, WORKFLOW: workflow}
 
 
 def nested_labels(run_id: str, base: dict[str, str] | None = None) -> dict[str, str]:

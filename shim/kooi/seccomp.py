@@ -20,7 +20,7 @@ Self-contained (standard library only): jails get `program()` through
 `bwrap --seccomp FD`; containers of kooi's runner image run this file's source with
 the image's python3, which installs the filter and executes the workload:
 
-    python3 -I -S -c "$(cat seccomp.py)" -- [--deadline SECONDS] [--nice N] [--debugger] COMMAND...
+    python3 -I -S -c "$(cat seccomp.py)" -- [--deadline SECONDS [--idle SECONDS]] [--nice N] [--debugger] COMMAND...
 
 With --deadline, as the container's pid 1 (instead of the engine's init), it is also
 the run's deadline that does not depend on `kooi run`: it forks the workload (which
@@ -31,6 +31,11 @@ and then says, on the container's last line of output, which cgroup limit the
 container reached (pids, memory), if any. Nothing inside can stop that: a namespace's init gets
 no signal it has no handler for (SIGSTOP, SIGKILL) from inside, and it is not
 dumpable, so the workload (same uid) can neither ptrace it nor write its memory.
+
+With --idle (a session's idle timeout), the init also ends the container once, for that
+long, nothing entered it (no process whose parent is outside the container: `docker
+exec`, which is how every terminal and command reaches a session) and its processes
+used less than IDLE_CPU of a CPU; it says so on a line of its own.
 """
 
 import errno
@@ -204,13 +209,66 @@ def _report_limits() -> None:
         os.write(2, f"{limit_mark(_TOKEN)}{' '.join(hits)}\n".encode())
 
 
+IDLE_MARK = "kooi: idle: "
+IDLE_CPU = 0.02  # below this share of one CPU a container counts as idle
+
+
+def idle_mark(token: str) -> str:
+    """The start of the init's idle report for a session whose secret is TOKEN."""
+    return f"{IDLE_MARK[:-2]} [{token}]: " if token else IDLE_MARK
+
+
+def entered() -> bool:
+    """Whether a process of this pid namespace other than its init has a parent outside
+    it (ppid 0): something entered the container (docker exec), and is still there."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == "1":
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if len(fields) > 1 and fields[1] == b"0":
+            return True
+    return False
+
+
+def cpu_seconds() -> float:
+    """CPU time the container's processes have used: its cgroup's account, else the sum
+    over its processes (with their reaped children's)."""
+    for path, key, scale in (("/sys/fs/cgroup/cpu.stat", "usage_usec", 1e-6),
+                             ("/sys/fs/cgroup/cpuacct/cpuacct.usage", "", 1e-9)):
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            k, _, v = line.rpartition(" ") if key else ("", "", line)
+            if k == key and v.strip().isdigit():
+                return int(v) * scale
+    total, tick = 0, os.sysconf("SC_CLK_TCK")
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+            except (OSError, IndexError, ValueError):
+                continue
+    return total / tick
+
+
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGCONT")
 
 
-def init(deadline: float, argv: list[str], nice: int = 0, debugger: bool = False) -> None:
-    """pid 1 of the workload's container: the workload as its child, the deadline."""
+def init(deadline: float, argv: list[str], nice: int = 0, debugger: bool = False, idle: float | None = None) -> None:
+    """pid 1 of the workload's container: the workload as its child, the deadline, and
+    (IDLE) a session's idle timeout."""
     import ctypes
     import signal
+    import time
 
     global _TOKEN
     libc = ctypes.CDLL(None, use_errno=True)
@@ -223,17 +281,34 @@ def init(deadline: float, argv: list[str], nice: int = 0, debugger: bool = False
         _exec(argv, nice, debugger)
     for name in FORWARDED:
         signal.signal(getattr(signal, name), lambda sig, _f: os.kill(child, sig))
+    started = time.monotonic()
+    every = min(30.0, idle / 3) if idle else deadline
+    quiet_since, used = started, cpu_seconds() if idle else 0.0
 
-    def expired(_sig: int, _f: object) -> None:
-        os.write(2, f"kooi: the run's deadline of {deadline:.0f} s passed; every process is killed\n".encode())
+    def end(line: str, code: int) -> None:
+        os.write(2, line.encode())
         try:
             _end_the_rest()  # every process of the container but this one
         finally:
             _report_limits()
-            os._exit(124)
+            os._exit(code)
 
-    signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, deadline)
+    def tick(_sig: int, _f: object) -> None:
+        nonlocal quiet_since, used
+        now = time.monotonic()
+        if now - started >= deadline - 0.001:
+            end(f"kooi: the run's deadline of {deadline:.0f} s passed; every process is killed\n", 124)
+        if idle:
+            before, used = used, cpu_seconds()
+            if entered() or used - before > IDLE_CPU * every:
+                quiet_since = now
+            elif now - quiet_since >= idle:
+                end(f"{idle_mark(_TOKEN)}nothing entered the session and it used no CPU for {idle:.0f} s; "
+                    "every process is killed\n", 0)
+        signal.setitimer(signal.ITIMER_REAL, max(0.01, min(every, deadline - (now - started))))
+
+    signal.signal(signal.SIGALRM, tick)
+    signal.setitimer(signal.ITIMER_REAL, min(every, deadline))
     while True:
         try:
             pid, status = os.wait()
@@ -251,8 +326,8 @@ def init(deadline: float, argv: list[str], nice: int = 0, debugger: bool = False
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    deadline, nice, debugger = None, 0, False
-    while argv[:1] in (["--deadline"], ["--nice"], ["--debugger"]):
+    deadline, nice, debugger, idle = None, 0, False, None
+    while argv[:1] in (["--deadline"], ["--idle"], ["--nice"], ["--debugger"]):
         if argv[0] == "--debugger":
             debugger, argv = True, argv[1:]
             continue
@@ -260,13 +335,16 @@ def main(argv: list[str]) -> None:
             break
         if argv[0] == "--deadline":
             deadline = float(argv[1])
+        elif argv[0] == "--idle":
+            idle = float(argv[1])
         else:
             nice = int(argv[1])
         argv = argv[2:]
     if not argv:
-        sys.exit("usage: python3 -c \"$(cat seccomp.py)\" -- [--deadline SECONDS] [--nice N] [--debugger] COMMAND...")
+        sys.exit("usage: python3 -c \"$(cat seccomp.py)\" -- [--deadline SECONDS [--idle SECONDS]] [--nice N] [--debugger] "
+                 "COMMAND...")
     if deadline is not None and os.getpid() == 1:
-        init(deadline, argv, nice, debugger)
+        init(deadline, argv, nice, debugger, idle)
     _exec(argv, nice, debugger)
 
 

@@ -22,10 +22,11 @@ def test_the_schema_is_a_valid_json_schema():
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "examples/workflows").glob("*.yml"))
-                         + [REPO / "roles/shim/files/kooi-selftest.yml", REPO / "roles/shim/files/kooi-runcheck.yml"])
+                         + [REPO / "roles/shim/files/kooi-selftest.yml", REPO / "roles/shim/files/kooi-runcheck.yml",
+                            REPO / "examples/agent/agent-example.yml", REPO / "examples/agent/claude-session.yml"])
 def test_shipped_workflows_are_valid(path):
     wf = workflow.parse(path)
-    assert wf.command and wf.mode in ("container", "jail")
+    assert (wf.command or wf.session) and wf.mode in ("container", "jail")
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

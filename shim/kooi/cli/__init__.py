@@ -8,13 +8,13 @@ import argparse
 import sys
 
 from .. import __version__
-from . import authz, broker, egress, engine, image, run, secrets, verify, workflow
+from . import authz, broker, egress, engine, image, run, secrets, session, verify, workflow
 from .exits import EXIT_FAIL, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE
 
 __all__ = ["EXIT_FAIL", "EXIT_NOT_RUNNING", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
 # In the order `kooi --help` lists them.
-GROUPS = (engine, egress, secrets, run, workflow, image, verify, authz, broker)
+GROUPS = (engine, egress, secrets, run, session, workflow, image, verify, authz, broker)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +27,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # A command that runs another (`kooi session exec WORKFLOW -- COMMAND...`) takes
+    # everything after the first `--` as it is, options of kooi's included.
+    if "--" in argv:
+        at = argv.index("--")
+        args = parser.parse_args(argv[:at])
+        if getattr(args, "tail", None) is not None:
+            args.tail = argv[at + 1:]
+        else:
+            args = parser.parse_args(argv)
+    else:
+        args = parser.parse_args(argv)
     rc: int = args.func(args)
     return rc
 

@@ -45,6 +45,8 @@ def supervise(backend: Backend, ctx: RunContext) -> int:
     """Run the prepared BACKEND to its end: its exit code, or Interrupted (a signal to
     kooi run) or RunError timeout, with the workload killed."""
     backend.start()
+    if ctx.session and ctx.session.started:
+        ctx.session.started(ctx)
     deadline = time.monotonic() + ctx.wf.timeout
     while True:
         sig = ctx.interrupted()
@@ -55,7 +57,8 @@ def supervise(backend: Backend, ctx: RunContext) -> int:
         if left <= 0:
             backend.kill()
             raise RunError("timeout", EXIT_TIMEOUT,
-                           f"the workload ran past its timeout of {ctx.wf.timeout} s and was killed")
+                           f"the {'session' if ctx.session else 'workload'} ran past its timeout of "
+                           f"{ctx.wf.timeout} s and was killed")
         rc = backend.wait(min(backend.poll_interval, max(0.01, left)))
         if rc is not None:
             return rc

@@ -157,6 +157,11 @@ class ContainerBackend:
         self.plan = plan = run_limits.for_container(ctx.limits, ctx.limit_origin, engine_limits(info),
                                                     info.get("NCPU"), cfg.mode, client.hard_rlimits())
         body = container_args(wf, cfg, img, ctx.project, ctx.run_id, plan, res, shadows)
+        if ctx.session is not None:
+            from . import session
+
+            session.shape(body, wf, ctx.session, img)
+            session.ensure_home(client, ctx)
         log.note(plan.summary())
         for line in plan.info:
             log.note(f"limits: {line}")
@@ -167,7 +172,8 @@ class ContainerBackend:
                 raise refused(f"workflow {wf.name} asks for a debugger (debugger: true), but this host's engine "
                               f"profile ({profile}, kooi_engine_seccomp: auto) refuses ptrace for every container; "
                               "set kooi_engine_seccomp: engine and re-run site.yml to allow debugger workflows here")
-        res.seccomp = filters.stack_on_container(body, img, wf.timeout, plan.nice, wf.debugger)
+        res.seccomp = filters.stack_on_container(body, img, wf.timeout, plan.nice, wf.debugger,
+                                                 wf.session.idle_timeout if wf.session else None)
         if res.seccomp["kooi"]:
             self.token = secrets.token_hex(16)
             set_env(body, {**env_of(body), TOKEN_ENV: self.token})
@@ -432,6 +438,10 @@ class ContainerBackend:
             return None
         self.pump.join(timeout=10)
         self._limits_reached(self.client.inspect(self.container).get("State", {}).get("OOMKilled"))
+        if self.ctx.session is not None:
+            from . import session
+
+            session.end_of(self.ctx, self.tail, self.token)
         return int(st.get("StatusCode", EXIT_ERROR))
 
     def _engine_answers(self, tries: int = 3) -> bool:

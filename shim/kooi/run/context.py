@@ -31,6 +31,16 @@ T = TypeVar("T")
 
 
 @dataclass
+class SessionRun:
+    """What `kooi session start` adds to a run (run.session): whose session it is, the
+    engine volume kept as its home, and whom to tell once its container runs."""
+
+    person: str
+    home: str
+    started: Callable[[RunContext], None] | None = None
+
+
+@dataclass
 class RunContext:
     wf: Workflow
     cfg: EngineConfig
@@ -56,6 +66,7 @@ class RunContext:
     proxy_since: float = 0.0
     proxy_log_offset: int = 0
     cleanups: list[Callable[[], None]] = field(default_factory=list)
+    session: SessionRun | None = None
 
     def confinement(self, decide: Callable[[AppArmorState | None], T]) -> T:
         """DECIDE(state) with /etc/kooi/apparmor.json; a host whose profiles are not in

@@ -70,6 +70,7 @@ class Result:
     secrets: dict[str, Any] | None = None
     project_guard: dict[str, Any] | None = None
     refused: list[dict[str, Any]] = field(default_factory=list)
+    session: dict[str, Any] | None = None  # a session's (run.session)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

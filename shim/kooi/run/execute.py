@@ -24,7 +24,7 @@ from ..hoststate import engine as engine_state
 from ..hoststate import limits as limits_state
 from ..hoststate.engine import EngineConfig
 from . import backend, deadrun
-from .context import RunContext, load_host_state
+from .context import RunContext, SessionRun, load_host_state
 from .errors import EXIT_ERROR, EXIT_INVALID, Interrupted, Log, Result, RunError, now, refused, unavailable
 from .identity import check_identity, check_runner_can_import, drop_to_runner
 from .project import RunLock, check_project, share_with_group
@@ -57,6 +57,24 @@ def why_below(name: str, wanted: str, got: str, mode: str, cfg: EngineConfig) ->
     return msg + "; this host's engine has no gVisor runtime: set kooi_gvisor_enabled: true and re-run site.yml"
 
 
+def _session_end(res: Result) -> None:
+    """How a session ended, in its record and its result's message."""
+    assert res.session is not None
+    end = res.session["end"]
+    if end == "running":
+        end = {"ok": "ended", "failed": "ended", "timeout": "lifetime", "interrupted": "interrupted"}.get(
+            res.reason, "failed")
+    res.session["end"] = end
+    if res.reason not in ("ok", "failed"):
+        return
+    if end in ("stopped", "idle"):
+        res.reason, res.exit_code = "ok", 0  # what the session's processes exited with, killed, is no verdict
+        res.message = "the session ended " + ("by kooi session stop" if end == "stopped" else
+                                              f"after {res.session['idle_timeout']} s idle")
+    elif end == "ended":
+        res.message = f"the session ended: its terminal server exited with {res.exit_code}"
+
+
 def new_backend(mode: str) -> backend.Backend:
     if mode == "container":
         from .container import ContainerBackend
@@ -69,8 +87,10 @@ def new_backend(mode: str) -> backend.Backend:
 
 def execute(name: str, project: Path, json_path: Path | None = None, wait: float = 0.0,
             echo: TextIO | None = sys.stdout, run_dir: Path | None = None,
-            workflow_dir: Path | None = None, engine_config: Path | None = None) -> Result:
-    """Run workflow NAME on PROJECT; always returns a Result (never raises for run failures)."""
+            workflow_dir: Path | None = None, engine_config: Path | None = None,
+            session: SessionRun | None = None) -> Result:
+    """Run workflow NAME on PROJECT; always returns a Result (never raises for run failures).
+    SESSION: run a session workflow as a session (run.session), to its end."""
     run_dir = run_dir or RUN_DIR
     run_id = f"{name if workflow.NAME_RE.match(name) else 'invalid'}-" \
              f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
@@ -106,6 +126,14 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         check_runner_can_import(cfg)
         wf = workflow.load(name, workflow_dir or workflow.WORKFLOW_DIR)
         res.mode, res.workflow_file = wf.mode, str(wf.path)
+        if wf.session is not None and session is None:
+            raise workflow.WorkflowError(f"{wf.path}: a session workflow; start it with `kooi session start {name}`")
+        if wf.session is None and session is not None:
+            raise workflow.WorkflowError(f"{wf.path}: not a session workflow (no key 'session'); run it with "
+                                         f"`kooi run {name}`")
+        if wf.session is not None and session is not None:
+            res.session = {"person": session.person, "workflow": wf.name, "home": session.home,
+                           "idle_timeout": wf.session.idle_timeout, "lifetime": wf.timeout, "end": "running"}
         res.isolation = isolation_of(wf.mode, cfg, wf.min_isolation)
         if wf.min_isolation and workflow.isolation_rank(res.isolation) < workflow.isolation_rank(wf.min_isolation):
             raise refused(why_below(name, wf.min_isolation, res.isolation, wf.mode, cfg))
@@ -163,7 +191,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         log.note(f"run {run_id}: workflow {wf.name} ({wf.mode}, isolation {res.isolation}) on {project}")
         ctx = RunContext(wf, cfg, project, run_id, run_dir, res, log,
                          interrupted=lambda: got_signal[0] if got_signal else None, egress=eg, apparmor=aa,
-                         secrets=sc, limits=lim, limit_origin=lim_origin)
+                         secrets=sc, limits=lim, limit_origin=lim_origin, session=session)
         res.exit_code = backend.run(new_backend(wf.mode), ctx)
         res.reason = "ok" if res.exit_code == 0 else "failed"
         res.message = "the workload succeeded" if res.exit_code == 0 else \
@@ -182,6 +210,8 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         for s, h in old_handlers.items():
             signal.signal(s, h)
         res.refused = backend.refusals(res)
+        if res.session is not None:
+            _session_end(res)
         if res.limit:
             res.message += f" (it reached its {res.limit} limit)"
         res.end = now()

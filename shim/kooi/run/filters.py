@@ -29,13 +29,14 @@ DEADLINE_GRACE = 10
 
 
 def stack_on_container(body: dict[str, Any], img_attrs: dict[str, Any], timeout: float | None = None,
-                       nice: int | None = None, debugger: bool = False) -> dict[str, Any]:
+                       nice: int | None = None, debugger: bool = False, idle: float | None = None) -> dict[str, Any]:
     """Stack kooi's filter on the engine's profile where the image is kooi's runner image
     (its python3 installs the filter, then executes the image's entrypoint and command).
     With TIMEOUT, that python3 is also the container's init, and kills every process of
     it TIMEOUT + DEADLINE_GRACE seconds after it started, whether or not kooi run is
     still there (kooi/seccomp.py). NICE: the workload's niceness (where no cgroup bounds
-    its CPU time; the engine's own Ulimits cannot lower a priority)."""
+    its CPU time; the engine's own Ulimits cannot lower a priority). IDLE: a session's idle
+timeout, which the init enforces too."""
     from .. import labels
 
     conf = img_attrs.get("Config") or {}
@@ -46,6 +47,8 @@ def stack_on_container(body: dict[str, Any], img_attrs: dict[str, Any], timeout:
     program()
     # -S: no site processing; the filter needs the standard library only (~15 ms less per run).
     init = ["--deadline", f"{timeout + DEADLINE_GRACE:g}"] if timeout else []
+    if init and idle:
+        init += ["--idle", f"{idle:g}"]
     opts = (["--nice", str(nice)] if nice else []) + (["--debugger"] if debugger else [])
     body["Entrypoint"] = ["python3", "-I", "-S", "-c", SOURCE, "--", *init, *opts, *(conf.get("Entrypoint") or [])]
     if init:

@@ -1,0 +1,69 @@
+"""How a session's container differs from a run's (run.session), and how its end is
+recorded (run.execute): without an engine. tests/e2e/test_session.py drives real ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kooi import labels
+from kooi.run.context import SessionRun
+from kooi.run.errors import Result, RunError
+from kooi.run.execute import _session_end
+from kooi.run.session import KEEPER, SEED_ENV, shape, tmux_conf
+from kooi.workflow import Session, Workflow
+
+IMG = {"Config": {"Env": ["HOME=/home/kooi", "PATH=/usr/bin"], "User": "1000:1000"}}
+
+
+def body() -> dict:
+    return {"Cmd": ["x"], "Labels": {labels.RUN: "r"}, "Env": ["A=1"],
+            "HostConfig": {"Tmpfs": {"/tmp": "rw", "/home/kooi": "rw"}, "Mounts": []}}
+
+
+def wf(**kw) -> Workflow:
+    return Workflow(name="shell", path=Path("/etc/kooi/workflows/shell.yml"), command=(),
+                    session=Session(shell=("bash", "-l"), idle_timeout=60, seed=((".a/b", "x'y"),)), **kw)
+
+
+def test_the_kept_home_replaces_the_home_tmpfs_and_the_terminal_server_is_the_workload():
+    b = body()
+    shape(b, wf(), SessionRun("alice", "kooi-home.alice.shell"), IMG)
+    assert "/home/kooi" not in b["HostConfig"]["Tmpfs"] and "/tmp" in b["HostConfig"]["Tmpfs"]
+    assert {"Type": "volume", "Source": "kooi-home.alice.shell", "Target": "/home/kooi",
+            "ReadOnly": False} in b["HostConfig"]["Mounts"]
+    assert b["Cmd"] == ["python3", "-I", "-S", "-c", KEEPER]
+    assert b["Labels"][labels.SESSION] == "1" and b["Labels"][labels.PERSON] == "alice"
+    env = dict(e.split("=", 1) for e in b["Env"])
+    assert json.loads(env[SEED_ENV]) == {".a/b": "x'y"} and env["A"] == "1"
+
+
+def test_an_image_without_a_home_of_its_own_cannot_keep_one():
+    with pytest.raises(RunError, match="no home of its own"):
+        shape(body(), wf(), SessionRun("alice", "h"), {"Config": {"Env": ["HOME=/tmp"]}})
+
+
+def test_the_shell_reaches_tmux_quoted():
+    w = Workflow(name="s", path=Path("/x"), command=(),
+                 session=Session(shell=("sh", "-c", "echo 'a b'; exec bash"), idle_timeout=60))
+    line = next(x for x in tmux_conf(w).splitlines() if x.startswith("set -g default-command"))
+    import shlex
+
+    value = shlex.split(line)[3]  # tmux's quoting is the shell's for these
+    assert value.startswith("exec ") and shlex.split(value[5:]) == list(w.session.shell)
+
+
+@pytest.mark.parametrize("reason,code,end,want_reason,want_end", [
+    ("ok", 0, "stopped", "ok", "stopped"), ("failed", 143, "stopped", "ok", "stopped"),
+    ("failed", 137, "idle", "ok", "idle"), ("failed", 1, "running", "failed", "ended"),
+    ("timeout", 124, "running", "timeout", "lifetime"), ("interrupted", 143, "running", "interrupted", "interrupted"),
+    ("unavailable", 125, "running", "unavailable", "failed")])
+def test_how_a_session_ended_is_recorded(reason, code, end, want_reason, want_end):
+    res = Result(workflow="shell", run_id="r", project="/p", reason=reason, exit_code=code)
+    res.session = {"person": "alice", "workflow": "shell", "home": "h", "idle_timeout": 60, "lifetime": 900,
+                   "end": end}
+    _session_end(res)
+    assert (res.reason, res.session["end"]) == (want_reason, want_end)
+    assert res.exit_code == (0 if want_end in ("stopped", "idle") else code)
