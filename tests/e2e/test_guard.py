@@ -75,3 +75,40 @@ def test_protected_paths_survive_a_workload_and_watched_ones_are_listed(host, wf
         in result["refused"], result["refused"]
     # The copies are gone with the run.
     assert not (Path(result["log"]).parents[1] / "shadows" / result["run_id"]).exists()
+
+
+HIDE = r"""
+set -u
+mkdir -p hid/repo/.git.tmp && rmdir hid/repo/.git.tmp
+git -C hid/repo init -q && git -C hid/repo config core.fsmonitor 'touch /tmp/kooi-e2e-hidden-fsmonitor; false'
+printf 'x' > hid/.npmrc
+chmod 0311 hid && echo HIDDEN=ok
+"""
+
+
+def test_a_directory_kooi_cannot_list_fails_the_run_instead_of_hiding_what_is_in_it(host, wfdir, project):
+    """Eighth review (helper-13): a workload made a directory the runner may enter but
+    not list (0311) and hid a nested repository with a core.fsmonitor command and a
+    DEEP file in it; the walk skipped it and the result said nothing. What kooi cannot
+    read fails the run (exit 126), naming the directory."""
+    user = host["runner_user"]
+    proj = project("python-example")
+    git(proj, "init", "-q", user=user)
+    write_wf(wfdir, "hide-probe", {"mode": "jail", "command": ["sh", "-c", HIDE], "timeout": 60})
+    try:
+        _hidden(proj, wfdir, user)
+    finally:
+        subprocess.run(["chmod", "0755", str(proj / "hid")], check=False)
+
+
+def _hidden(proj: Path, wfdir: Path, user: str) -> None:
+    res, result = kooi_run("hide-probe", proj, wfdir)
+    assert "HIDDEN=ok" in res.stdout, res.stdout[-2000:] + res.stderr
+    assert res.returncode == 126 and result["reason"] == "refused", result.get("message")
+    guard = result["project_guard"]
+    assert guard["restored"] is False and any("hid" in f and "cannot list" in f for f in guard["restore_failed"]), guard
+    subprocess.run(["chmod", "0755", str(proj / "hid")], check=True)
+    # A project that already holds such a directory is refused before anything runs.
+    subprocess.run(["chmod", "0311", str(proj / "hid")], check=True)
+    res, result = kooi_run("hide-probe", proj, wfdir)
+    assert res.returncode == 126 and "cannot list" in result["message"] and "HIDDEN" not in res.stdout, result

@@ -679,3 +679,14 @@ def test_what_the_projects_envrc_loads_is_put_back(repo):
     rec = g.check()
     assert {"bin/git", ".envrc.local", ".env", "flake.nix"} <= {r["path"] for r in rec["refused"]}, rec["refused"]
     assert not (repo / "bin/git").exists() and (repo / "bin/build").read_text() == "#!/bin/sh\nmake\n"
+
+
+def test_a_repository_made_below_an_unprotected_path_is_still_removed(repo, tmp_path_factory):
+    """Eighth review: `unprotected_paths: [.vscode]` let a workload-made
+    .vscode/ext/.git (its config with a core.fsmonitor command) stay."""
+    g = guarded(repo, ".vscode")
+    g.shadows(tmp_path_factory.mktemp("runs") / "s")
+    git(repo, "init", "-q", ".vscode/ext")
+    rec = g.check()
+    assert any(r["path"] == ".vscode/ext/.git" for r in rec["refused"]), rec
+    assert not (repo / ".vscode/ext/.git/config").exists()

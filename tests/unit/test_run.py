@@ -384,3 +384,13 @@ def test_a_second_path_to_a_project_is_the_same_project(tmp_path):
     first.acquire(0)
     with pytest.raises(RunError, match="this project"):
         RunLock(tmp_path / "runs", "b", tmp_path / "alias").acquire(0)
+
+
+def test_a_name_that_is_not_utf8_is_shown_escaped_not_a_crash(tmp_path):
+    from kooi.run.errors import Log
+
+    name = b"x\xffy/.envrc".decode("utf-8", "surrogateescape")
+    log = Log(tmp_path / "run.log", None)
+    log.note(f"project: refused a change to protected {name} (created)")
+    log.close()
+    assert "x\\udcffy/.envrc" in (tmp_path / "run.log").read_text()

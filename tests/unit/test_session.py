@@ -67,3 +67,4 @@ def test_how_a_session_ended_is_recorded(reason, code, end, want_reason, want_en
     _session_end(res)
     assert (res.reason, res.session["end"]) == (want_reason, want_end)
     assert res.exit_code == (0 if want_end in ("stopped", "idle") else code)
+

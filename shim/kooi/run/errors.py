@@ -125,6 +125,10 @@ class Log:
         self.write(neutral(text))
 
     def write(self, text: str) -> None:
+        # A name the workload made that is not UTF-8 reaches kooi's lines as lone
+        # surrogates, which no UTF-8 stream can encode: shown escaped, never a crash
+        # (eighth review: the crash left a record that crashed every later run).
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
         with self.lock:
             if text:
                 self.line_open = not text.endswith("\n")

@@ -121,8 +121,12 @@ class Guard(Shadows, ForgeryChecks):
         extra, gitdirs = config_targets(self.root)
         extra += [t for t in envrc_targets(self.root) if t not in extra]
         bare: list[str] = []
-        dirs, others, deep, complete = walk_project(self.root, bare=bare)
+        blind: list[str] = []
+        dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind)
         self.bare = tuple(bare)
+        if blind:
+            raise GuardError(f"kooi cannot list {', '.join(blind)} in the project, so it cannot check what a run "
+                             "leaves there; make it listable by the runner (chmod u+rx) and run again")
         if not complete:
             raise GuardError(f"the project holds more than {MAX_WALK} entries; kooi cannot look for the nested "
                              "git repositories in it")
@@ -221,9 +225,12 @@ class Guard(Shadows, ForgeryChecks):
         """`.git` entries below the project's top the workload made (a nested repository,
         a `.git` file pointing git elsewhere): removed, listed."""
         bare: list[str] = []
-        dirs, others, deep, complete = walk_project(self.root, bare=bare)
+        blind: list[str] = []
+        dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind)
         failed = [] if complete else [f"the project holds more than {MAX_WALK} entries: kooi could not look for "
                                       "nested git repositories the workload made"]
+        # Anything kooi cannot read fails the run: what the workload hid there is unchecked.
+        failed += [f"kooi cannot list {b}: what the workload left in it is unchecked" for b in blind]
         refused = []
         for rel in bare:
             if rel in self.bare or any(rel == g or rel.startswith(g + "/") for g in self.git_dirs):
@@ -256,7 +263,10 @@ class Guard(Shadows, ForgeryChecks):
             except OSError as exc:
                 failed.append(f"{rel}: {exc.strerror or exc}")
         for rel in dirs + others:
-            if rel in self.nested or any(rel == u or rel.startswith(u + "/") for u in self.unprotected):
+            # Not even below an unprotected path: a workflow may change .vscode, but a
+            # repository made there runs its config at the host's next `git status`
+            # once the index names it (eighth review).
+            if rel in self.nested:
                 continue
             if any(rel.startswith(g + "/") for g in self.git_dirs):
                 continue  # inside a git directory kooi already compares

@@ -204,12 +204,15 @@ def is_layout(names: set[str]) -> bool:
     return "HEAD" in names and (BARE <= names or "commondir" in names)
 
 
-def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = None) \
-        -> tuple[list[str], list[str], list[str], bool]:
+def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = None,
+                 blind: list[str] | None = None) -> tuple[list[str], list[str], list[str], bool]:
     """One walk of ROOT, never through a symlink and never into a git directory: every
     `.git` below the top (directories, other entries), every DEEP name below the top
     (outside node_modules), complete: False when ROOT holds more than LIMIT entries.
-    BARE gets every directory that holds a bare repository's layout ("." for ROOT)."""
+    BARE gets every directory that holds a bare repository's layout ("." for ROOT);
+    BLIND every directory the caller cannot list (what is in it is unchecked: a
+    workload's `chmod 0311` hid a nested repository there from an earlier walk that
+    skipped it)."""
     dirs: list[str] = []
     others: list[str] = []
     deep: list[str] = []
@@ -219,7 +222,11 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
         rel, in_modules = todo.pop()
         try:
             it = os.scandir(root / rel if rel else root)
-        except OSError:
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if blind is not None:
+                blind.append(f"{rel or '.'} ({exc.strerror or exc})")
             continue
         names: set[str] = set()
         with it:
