@@ -28,7 +28,7 @@ from .conftest import KOOI, REPO
 RESULT_KEYS = {"workflow", "run_id", "project", "mode", "isolation", "workflow_file", "image",
                "image_digest", "start", "end", "duration_s", "exit_code", "reason", "message", "log",
                "limits", "limit", "warnings", "broker", "cleanup", "egress", "apparmor", "seccomp", "gvisor",
-               "secrets", "project_guard", "refused"}
+               "secrets", "project_guard", "refused", "session"}
 
 SLEEPER = {"mode": "container", "command": ["sh", "-c", "sleep 600 & sleep 600"], "timeout": 3}
 JAIL_PROBE = r"""
@@ -139,7 +139,7 @@ def test_maven_example_passes_with_a_complete_result(host, wfdir, project):
     res, result = kooi_run("maven-example", proj, wfdir)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr
     assert "BUILD SUCCESS" in res.stdout and "Tests run: 7, Failures: 0" in res.stdout
-    assert set(result) == RESULT_KEYS
+    assert set(result) == RESULT_KEYS and result["session"] is None  # a run, not a session
     jsonschema.validate(result, json.loads((REPO / "docs/run-result.schema.json").read_text()))
     assert result["exit_code"] == 0 and result["reason"] == "ok"
     assert result["mode"] == "container" and result["isolation"] == "rootless"
