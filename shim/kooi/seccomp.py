@@ -163,15 +163,31 @@ def limit_mark(token: str) -> str:
     return f"{LIMIT_MARK[:-2]} [{token}]: " if token else LIMIT_MARK
 
 
+def _read(path: str) -> str | None:
+    """PATH's text, None where it cannot be read."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _proc_stat(pid: str) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (state, ppid, ...), None
+    where the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def limits_reached(events: tuple[tuple[str, str, str], ...] = LIMIT_EVENTS) -> list[str]:
     """The limits (pids, memory) whose counter in EVENTS ((file, key, limit) rows) is
     above 0; files that cannot be read are skipped."""
     hits: list[str] = []
     for path, key, name in events:
-        try:
-            with open(path) as f:
-                text = f.read()
-        except OSError:
+        if (text := _read(path)) is None:
             continue
         for line in text.splitlines():
             k, _, v = line.partition(" ")
@@ -222,14 +238,8 @@ def entered() -> bool:
     """Whether a process of this pid namespace other than its init has a parent outside
     it (ppid 0): something entered the container (docker exec), and is still there."""
     for name in os.listdir("/proc"):
-        if not name.isdigit() or name == "1":
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if len(fields) > 1 and fields[1] == b"0":
+        if name.isdigit() and name != "1" and (fields := _proc_stat(name)) and len(fields) > 1 \
+                and fields[1] == b"0":
             return True
     return False
 
@@ -239,10 +249,7 @@ def cpu_seconds() -> float:
     over its processes (with their reaped children's)."""
     for path, key, scale in (("/sys/fs/cgroup/cpu.stat", "usage_usec", 1e-6),
                              ("/sys/fs/cgroup/cpuacct/cpuacct.usage", "", 1e-9)):
-        try:
-            with open(path) as f:
-                text = f.read()
-        except OSError:
+        if (text := _read(path)) is None:
             continue
         for line in text.splitlines():
             k, _, v = line.rpartition(" ") if key else ("", "", line)
@@ -250,13 +257,8 @@ def cpu_seconds() -> float:
                 return int(v) * scale
     total, tick = 0, os.sysconf("SC_CLK_TCK")
     for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-                total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-            except (OSError, IndexError, ValueError):
-                continue
+        if name.isdigit() and (fields := _proc_stat(name)):
+            total += sum(int(x) for x in fields[11:15] if x.isdigit())  # utime stime cutime cstime
     return total / tick
 
 

@@ -252,10 +252,13 @@ def stop(cfg: EngineConfig, who: Caller, name: str | None, timeout: float = 120.
         pass
     except (engineapi.APIError, OSError) as exc:
         raise SessionError(f"cannot stop {s.workflow}: {exc}", EXIT_UNAVAILABLE) from None
+    from .run.project import lock_held
+
     result = run_dir / "results" / f"{s.run_id}.json"
+    lock = run_dir / "locks" / labels.lock_key(s.project)
     end = time.monotonic() + timeout
     while not result.exists() and time.monotonic() < end:
-        if not s.supervised or not any(x.supervised for x in find(cfg, who, s.workflow) if x.run_id == s.run_id):
+        if not lock_held(lock):
             from .run import deadrun
 
             deadrun.finish_all(run_dir, cfg)  # its supervisor died: finish it here, as gc would

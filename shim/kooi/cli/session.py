@@ -100,10 +100,7 @@ def _enter(sessions: Any, cfg: Any, who: Any, args: argparse.Namespace, where: s
     if args.action == "attach":
         if not tty:
             return fail(where, "a terminal needs one: run it in a terminal, or use `kooi session exec`", EXIT_USAGE)
-        from ..workflow import Workflow
-
-        inner = attach_argv(Workflow(name=s.workflow, path=Path("."), command=(),
-                                     debugger=sessions.debugger_of(cfg, s)))
+        inner = attach_argv(sessions.debugger_of(cfg, s))
     else:
         argv = args.tail
         if not argv:

@@ -23,7 +23,7 @@ from ..hoststate.egress import EgressConfig
 from ..hoststate.engine import EngineConfig
 from ..seccomp import TOKEN_ENV, limit_mark, limits_reached
 from ..workflow import Workflow
-from . import filters, runnet
+from . import filters, runnet, session
 from . import limits as run_limits
 from .brokered import BrokeredEngine
 from .context import RunContext
@@ -158,8 +158,6 @@ class ContainerBackend:
                                                     info.get("NCPU"), cfg.mode, client.hard_rlimits())
         body = container_args(wf, cfg, img, ctx.project, ctx.run_id, plan, res, shadows)
         if ctx.session is not None:
-            from . import session
-
             session.shape(body, wf, ctx.session, img)
             session.ensure_home(client, ctx)
         log.note(plan.summary())
@@ -439,8 +437,6 @@ class ContainerBackend:
         self.pump.join(timeout=10)
         self._limits_reached(self.client.inspect(self.container).get("State", {}).get("OOMKilled"))
         if self.ctx.session is not None:
-            from . import session
-
             session.end_of(self.ctx, self.tail, self.token)
         return int(st.get("StatusCode", EXIT_ERROR))
 

@@ -114,9 +114,9 @@ ATTACH = ('for i in $(seq 100); do [ -S "/tmp/tmux-$(id -u)/default" ] && break;
           f'exec tmux -u new-session -A -s {TMUX_SESSION}')
 
 
-def attach_argv(wf: Workflow) -> list[str]:
+def attach_argv(debugger: bool = False) -> list[str]:
     """A terminal into the session: tmux's, whose session the first one creates."""
-    return entry(["sh", "-c", ATTACH], wf.debugger)
+    return entry(["sh", "-c", ATTACH], debugger)
 
 
 def ensure_home(client: Any, ctx: RunContext) -> None:
