@@ -172,7 +172,11 @@ class Rules:
         found = gojson.field(doc, "Labels") or {}
         if not isinstance(found, dict):
             raise BadRequest("Labels must be an object")
-        found.update(self.scope.labels)  # a map: its keys are matched exactly
+        # kooi's labels are kooi's (gc reads which run owns an object and whether that
+        # run lives from them): the workload's own go, the run's are set. A map: its
+        # keys are matched exactly, as the engine and gc match them.
+        found = {k: v for k, v in found.items() if not (isinstance(k, str) and k.startswith(labels.PREFIX + "."))}
+        found.update(self.scope.labels)
         gojson.set_field(doc, "Labels", found)
 
     def ensure_volume(self, name: str) -> Decision | None:

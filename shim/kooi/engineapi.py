@@ -282,9 +282,29 @@ class Engine:
     def kill(self, cid: str) -> None:
         self.request("POST", f"/containers/{cid}/kill")
 
-    def remove(self, cid: str) -> None:
-        """Remove the container (forced) with its anonymous volumes."""
-        self.request("DELETE", f"/containers/{cid}", query={"force": "1", "v": "1"})
+    def remove(self, cid: str, wait: float = 60.0) -> None:
+        """Remove the container (forced) with its anonymous volumes. Where another client
+        is removing it already (409), wait up to WAIT seconds until it is gone: the
+        caller goes on only once nothing of it runs."""
+        import time
+
+        try:
+            self.request("DELETE", f"/containers/{cid}", query={"force": "1", "v": "1"})
+            return
+        except NotFound:
+            raise
+        except APIError as exc:
+            if exc.status != 409 or "in progress" not in exc.message:
+                raise
+            first = exc
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            try:
+                self.inspect(cid)
+            except NotFound:
+                return
+            time.sleep(0.5)
+        raise first
 
     def attach(self, cid: str) -> Iterator[bytes]:
         """The container's stdout and stderr from an attached stream, opened now (call it

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 
 PREFIX = "org.kooi"
 MANAGED = f"{PREFIX}.managed"  # "1" on every container, network and volume of a run
 RUN = f"{PREFIX}.run"  # the run id
 WORKFLOW = f"{PREFIX}.workflow"  # the workflow name
 PROJECT = f"{PREFIX}.project"  # the project path the run worked on
+LOCK = f"{PREFIX}.lock"  # the name of the run lock its run holds (lock_key at its start)
 NESTED = f"{PREFIX}.nested"  # "1" on what the workload started through its broker
 SCAN = f"{PREFIX}.scan"  # "1" on the throw-away containers of image scans
 INPUTS = f"{PREFIX}.inputs"  # on images: sha256 of what the image was built from
@@ -27,7 +29,7 @@ HOME = f"{PREFIX}.home"  # "1" on a session's kept home (a volume no run's clean
 
 def run_labels(workflow: str, project: str, run_id: str) -> dict[str, str]:
     """The labels of the workload container and everything its run creates."""
-    return {MANAGED: "1", RUN: run_id, WORKFLOW: workflow, PROJECT: project}
+    return {MANAGED: "1", RUN: run_id, WORKFLOW: workflow, PROJECT: project, LOCK: lock_key(project)}
 
 
 def session_labels(person: str) -> dict[str, str]:
@@ -45,6 +47,9 @@ def nested_labels(run_id: str, base: dict[str, str] | None = None) -> dict[str, 
     return {**(base or {MANAGED: "1", RUN: run_id}), NESTED: "1"}
 
 
+_LOCK_NAME = re.compile(r"project-[0-9a-f]{1,16}(-[0-9a-f]{1,16})?\.lock")
+
+
 def lock_key(project: str) -> str:
     """The name of the run lock of PROJECT: one run at a time per project, whatever its
     workflow (the project is one object shared by every run on it: a second run would
@@ -60,4 +65,8 @@ def lock_key(project: str) -> str:
 
 
 def lock_key_of(labels: dict[str, str]) -> str:
-    return lock_key(labels.get(PROJECT, ""))
+    """The run lock of the run that made an object with LABELS: the name taken at its
+    start (the project's path names another once the directory moved or went, and
+    gc took a live run's containers for a dead one's), else rebuilt from the path."""
+    key = labels.get(LOCK, "")
+    return key if _LOCK_NAME.fullmatch(key) else lock_key(labels.get(PROJECT, ""))

@@ -245,16 +245,12 @@ def entered() -> bool:
 
 
 def cpu_seconds() -> float:
-    """CPU time the container's processes have used: its cgroup's account, else the sum
-    over its processes (with their reaped children's)."""
-    for path, key, scale in (("/sys/fs/cgroup/cpu.stat", "usage_usec", 1e-6),
-                             ("/sys/fs/cgroup/cpuacct/cpuacct.usage", "", 1e-9)):
-        if (text := _read(path)) is None:
-            continue
-        for line in text.splitlines():
-            k, _, v = line.rpartition(" ") if key else ("", "", line)
-            if k == key and v.strip().isdigit():
-                return int(v) * scale
+    """CPU time the container's processes have used: the sum over the processes of its
+    pid namespace, with their reaped children's. Not the cgroup's account: where the
+    engine gives the container no cgroup of its own (cgroup v1, or the rootless engine
+    without delegated controllers) those files are the host's, and a session on a busy
+    machine never went idle. A process whose parent does not wait for it takes its time
+    with it; the measure is for a session nobody is in (entered), where that is rare."""
     total, tick = 0, os.sysconf("SC_CLK_TCK")
     for name in os.listdir("/proc"):
         if name.isdigit() and (fields := _proc_stat(name)):

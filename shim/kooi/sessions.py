@@ -57,9 +57,10 @@ class Session:
     running: bool
     started: str
     supervised: bool  # its kooi supervisor is alive (it writes the result)
+    lock: str = ""  # the run lock its supervisor holds (labels.lock_key_of)
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "lock"}
 
 
 def caller(cfg: EngineConfig, person: str | None = None) -> Caller:
@@ -102,11 +103,12 @@ def find(cfg: EngineConfig, who: Caller, name: str | None = None, everyone: bool
     out = []
     for c in found:
         lab = c.get("Labels") or {}
+        lock = labels.lock_key_of(lab)
         out.append(Session(person=lab.get(labels.PERSON, "?"), workflow=lab.get(labels.WORKFLOW, "?"),
                            run_id=lab.get(labels.RUN, "?"), project=lab.get(labels.PROJECT, "?"), container=c["Id"],
                            running=c.get("State") == "running",
                            started=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(c.get("Created") or 0))),
-                           supervised=lock_held(locks / labels.lock_key_of(lab))))
+                           supervised=lock_held(locks / lock), lock=lock))
     return sorted(out, key=lambda s: s.started, reverse=True)
 
 
@@ -255,7 +257,7 @@ def stop(cfg: EngineConfig, who: Caller, name: str | None, timeout: float = 120.
     from .run.project import lock_held
 
     result = run_dir / "results" / f"{s.run_id}.json"
-    lock = run_dir / "locks" / labels.lock_key(s.project)
+    lock = run_dir / "locks" / s.lock
     end = time.monotonic() + timeout
     while not result.exists() and time.monotonic() < end:
         if not lock_held(lock):

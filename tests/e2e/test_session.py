@@ -152,8 +152,18 @@ def test_the_home_is_kept_across_stop_and_start_until_reset(host, project, sessi
     def sh(script: str) -> subprocess.CompletedProcess:
         return kooi(wfdir, "exec", "shell", "--person", "alice", "--", "sh", "-c", script, check=False)
 
-    started(wfdir, proj, "alice")
+    run_id = started(wfdir, proj, "alice")
     assert sh("echo kept > ~/.history-of-alice && echo changed > ~/.config/kooi-seed.txt").returncode == 0
+    # gc while the project's path names nothing (moved away for a moment): the session
+    # lives, and gc leaves it alone (it took it for a dead run's once, CI stop 37).
+    away = proj.with_name(proj.name + ".away")
+    proj.rename(away)
+    try:
+        gc = subprocess.run([KOOI, "gc"], capture_output=True, text=True, check=True)
+    finally:
+        away.rename(proj)
+    assert run_id not in gc.stdout, gc.stdout
+    assert sh("true").returncode == 0
     again = kooi(wfdir, "start", "shell", "--project", str(proj), "--person", "alice", check=False)
     assert again.returncode == 75 and "running already" in again.stderr, again.stderr
     busy = kooi(wfdir, "reset", "shell", "--person", "alice", check=False)
@@ -173,6 +183,15 @@ def test_idle_and_lifetime_end_a_session_even_without_its_supervisor(host, proje
     write_wf(wfdir, "idler", {"session": {"idle_timeout": 10}, "timeout": 600})
     write_wf(wfdir, "shortlived", {"session": {"idle_timeout": 600}, "timeout": 12})
     proj_a, proj_b = project("python-example"), project("python-example")
+    try:
+        _idle_and_lifetime(host, wfdir, proj_a, proj_b)
+    finally:
+        for name, person in (("idler", "alice"), ("shortlived", "bob")):
+            kooi(wfdir, "stop", name, "--person", person, check=False, timeout=180)
+            kooi(wfdir, "reset", name, "--person", person, check=False)
+
+
+def _idle_and_lifetime(host: dict, wfdir: Path, proj_a: Path, proj_b: Path) -> None:
     idle_run = started(wfdir, proj_a, "alice", "idler")
     short_run = started(wfdir, proj_b, "bob", "shortlived")
     # kill -9 of bob's supervisor: the session's init keeps its deadline all the same.
@@ -201,5 +220,3 @@ def test_idle_and_lifetime_end_a_session_even_without_its_supervisor(host, proje
     subprocess.run([KOOI, "gc"], capture_output=True, check=True)
     short = result_of(host, short_run, timeout=10)
     assert short["project_guard"] is not None, short
-    kooi(wfdir, "reset", "idler", "--person", "alice")
-    kooi(wfdir, "reset", "shortlived", "--person", "bob")

@@ -113,6 +113,15 @@ def test_listings_are_filtered_to_the_run(query):
         assert "a=b" in labels
 
 
+def test_a_workload_cannot_give_its_objects_kooi_labels():
+    """kooi's labels say which run owns an object and which lock says it lives (gc reads
+    them): a workload's own org.kooi.* labels are dropped, the run's are set."""
+    doc = {"Image": "x", "Labels": {"org.kooi.lock": "project-1-2.lock", "org.kooi.session": "1",
+                                    "org.kooi.run": "other", "org.testcontainers": "true"}}
+    rules().add_labels(doc)
+    assert doc["Labels"] == {"org.kooi.run": "run-1", "org.testcontainers": "true"}
+
+
 def test_a_filter_that_is_not_json_is_refused():
     with pytest.raises(BadRequest):
         rules().filter_query("/containers/json?filters=%7Bnope")

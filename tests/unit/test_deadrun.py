@@ -363,6 +363,34 @@ def test_a_record_whose_project_is_gone_waits_then_goes_with_a_result(repo, tmp_
     assert result["reason"] == "interrupted" and "not found" in result["message"], result
 
 
+def test_a_live_runs_record_is_left_alone_when_its_project_moved_or_went(repo, tmp_path):
+    """The run holds its project's lock by the names it took at its start; gc asked by
+    the project's path, which named another lock once the directory moved or went, and
+    took the live run for a dead one (CI, stop 37: it then removed the live session's
+    container). The record's own lock names are what say whether its run lives."""
+    import shutil
+
+    from kooi.run.project import RunLock
+
+    rd = run_dir(tmp_path / "runs")
+    g = Guard(repo)
+    g.snapshot()
+    g.snapshot_watched()
+    lock = RunLock(rd, "w", repo)
+    lock.acquire(0)
+    try:
+        path = deadrun.keep(rd, g, Result(workflow="w", run_id="r1", project=str(repo), mode="jail", start="t"))
+        for gone in ("moved", "deleted"):
+            if gone == "moved":
+                repo.rename(tmp_path / "elsewhere")
+            else:
+                shutil.rmtree(tmp_path / "elsewhere")
+            said = deadrun.finish_all(rd, None, keep_days=0)
+            assert said == [] and path.exists(), (gone, said)
+    finally:
+        lock.release()
+
+
 def test_a_link_in_the_locks_directory_is_never_followed(tmp_path):
     """The eighth hostile review: the runner linked `locks/x.lock` to a root-only file,
     and root's `kooi gc` opened it read-write and took a lock on it (and, were it

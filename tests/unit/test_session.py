@@ -68,3 +68,31 @@ def test_how_a_session_ended_is_recorded(reason, code, end, want_reason, want_en
     assert (res.reason, res.session["end"]) == (want_reason, want_end)
     assert res.exit_code == (0 if want_end in ("stopped", "idle") else code)
 
+
+
+def test_idle_cpu_counts_the_containers_processes_only():
+    """The init's idle measure is the CPU of its own pid namespace's processes. On a host
+    whose cgroup files are the machine's (cgroup v1, or v2 without a cgroup of the
+    container's own: the rootless engine without delegated controllers) the cgroup's
+    account counted every process of the host, and a session on a busy machine never
+    went idle (CI, stop 37). A busy process outside the namespace must not count."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from kooi import seccomp
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.fail("needs root and unshare (util-linux): a new pid namespace with its own /proc")
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 4\nwhile time.time() < end: pass"])
+    try:
+        probe = ("import sys, time\nsys.path.insert(0, %r)\nfrom kooi import seccomp\n"
+                 "a = seccomp.cpu_seconds(); time.sleep(1.5); print(seccomp.cpu_seconds() - a)"
+                 % str(Path(seccomp.__file__).parent.parent))
+        out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", probe],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    finally:
+        busy.kill()
+        busy.wait()
+    assert float(out) < 0.2, f"{out.strip()} CPU seconds counted in 1.5 s beside a busy process outside"

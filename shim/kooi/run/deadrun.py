@@ -142,6 +142,14 @@ def _locks_of(doc: dict[str, Any]) -> tuple[set[str], set[str]]:
     return {labels.lock_key(str(p))}, {labels.lock_key(str(q)) for q in p.parents}
 
 
+def _live(run_dir: Path, doc: dict[str, Any]) -> bool:
+    """DOC's run lives: a process holds a lock by the names the run took at its start
+    (the project's path may name another lock now: moved, deleted, replaced)."""
+    from .project import lock_held
+
+    return any(lock_held(run_dir / "locks" / n) for n in _locks_of(doc)[0])
+
+
 def _related(doc: dict[str, Any], own: list[str], above: list[str]) -> bool:
     """DOC's run worked on the project of a run holding the locks OWN (exclusively) and
     ABOVE (shared), or on a directory inside or around it: the records whose run that
@@ -222,8 +230,6 @@ def _moved_inside(run_dir: Path, records: list[tuple[Path, dict[str, Any] | None
                   project: Path) -> dict[Path, Path]:
     """Where inside PROJECT the projects of dead runs that are not where they were are
     now (record -> path): one walk of PROJECT, only when there is such a record."""
-    from .project import lock_held
-
     want: dict[tuple[int, int], list[tuple[Path, dirid.DirId]]] = {}
     for path, doc in records:
         if doc is None:
@@ -231,8 +237,7 @@ def _moved_inside(run_dir: Path, records: list[tuple[Path, dict[str, Any] | None
         ident = dirid.DirId.from_json(doc.get("identity"))
         if ident is None or ident.btime is None:
             continue
-        r_own, _ = _locks_of(doc)
-        if any(lock_held(run_dir / "locks" / n) for n in r_own) or _locate(doc, None)[0] is not None:
+        if _live(run_dir, doc) or _locate(doc, None)[0] is not None:
             continue  # a live run's, or where it was
         want.setdefault((ident.dev, ident.ino), []).append((path, ident))
     found: dict[Path, Path] = {}
@@ -275,6 +280,8 @@ def finish_all(run_dir: Path, cfg: EngineConfig | None, dry_run: bool = False,
         if doc is None:
             out.append(f"warning: {path} is a dead run's record kooi cannot read: check its project, then remove it")
             continue
+        if _live(run_dir, doc):
+            continue  # a live run's record, wherever its project is now
         where, deleted = _locate(doc, None)
         lock = RunLock(run_dir, "", where or Path(str(doc.get("project", ""))))
         try:
