@@ -631,7 +631,14 @@ def test_history_hidden_under_other_names_and_flags_is_refused(repo, tmp_path_fa
 # The eighth hostile review: what other agents and editors start on the host.
 @pytest.mark.parametrize("path", [".gemini/settings.json", ".cursor/mcp.json", "opencode.json", ".codex/config.toml",
                                   ".amazonq/mcp.json", ".roo/mcp.json", ".kiro/settings/mcp.json", ".zed/settings.json",
-                                  ".helix/languages.toml", ".nvim.lua", ".exrc", ".sdkmanrc", "sub/.cursor/mcp.json"])
+                                  ".helix/languages.toml", ".nvim.lua", ".exrc", ".sdkmanrc", "sub/.cursor/mcp.json",
+                                  # the ninth review's
+                                  ".qwen/settings.json", ".clinerules/mcp.md", ".kilocode/mcp.json", ".crush.json",
+                                  ".factory/mcp.json", ".aider.conf.yml", ".junie/mcp/mcp.json", ".dir-locals.el",
+                                  ".lazy.lua", ".theia/settings.json", "sub/.vscode/tasks.json",
+                                  "sub/.idea/workspace.xml", "sub/.qwen/settings.json",
+                                  # `python3 -m unittest` (pip, pytest, ...) in the project runs these
+                                  "unittest/__init__.py", "pip.py", "pytest/__main__.py", "sitecustomize.py"])
 def test_other_agents_and_editors_settings_are_put_back(repo, path):
     g = guarded(repo)
     (repo / path).parent.mkdir(parents=True, exist_ok=True)
@@ -690,3 +697,66 @@ def test_a_repository_made_below_an_unprotected_path_is_still_removed(repo, tmp_
     rec = g.check()
     assert any(r["path"] == ".vscode/ext/.git" for r in rec["refused"]), rec
     assert not (repo / ".vscode/ext/.git/config").exists()
+
+
+# The ninth review: what an allowed `.envrc` runs from the project, however it says so.
+@pytest.mark.parametrize("envrc,written", [
+    ('PATH_add "$PWD/bin"\n', "bin/git"),
+    ("PATH_add bin tools\n", "tools/git"),
+    ("export PATH=$PWD/tools:$PATH\n", "tools/git"),
+    ('export PATH="${PWD}/node_bin:${PATH}"\n', "node_bin/git"),
+    ("PATH=./scripts:$PATH\n", "scripts/git"),
+    ("source scripts/env.sh\n", "scripts/env.sh"),
+    (". ./env.local\n", "env.local"),
+    ("load_prefix vendor\n", "vendor/bin/git"),
+    ("path_add PYTHONPATH lib\n", "lib/sitecustomize.py"),
+    ("export PYTHONPATH=$(pwd)/lib\n", "lib/sitecustomize.py"),
+    ("layout go\n", "bin/git"),
+    ("./scripts/setup.sh\n", "scripts/setup.sh"),
+    ("if has nix; then use flake; fi; source_env_if_exists .envrc.private\n", ".envrc.private"),
+])
+def test_what_the_envrc_runs_from_the_project_is_put_back_however_it_says_so(repo, envrc, written):
+    (repo / ".envrc").write_text(envrc)
+    g = guarded(repo)
+    (repo / written).parent.mkdir(parents=True, exist_ok=True)
+    (repo / written).write_text("#!/bin/sh\nid > /tmp/pwned\n")
+    rec = g.check()
+    refused = {r["path"] for r in rec["refused"]}
+    assert refused & {written, str(Path(written).parent)}, (envrc, rec["refused"])
+    assert not (repo / written).exists()
+
+
+@pytest.mark.parametrize("setup,exposed", [
+    (lambda r: (r / ".git/hooks/pre-commit").write_text("#!/bin/sh\nnpx lint-staged\n"), ".git/hooks"),
+    (lambda r: (r / ".envrc").write_text("layout node\n"), "node_modules/.bin"),
+    (lambda r: (r / ".envrc").write_text("layout php\n"), "vendor/bin"),
+    (lambda r: (r / ".envrc").write_text("layout python3\n"), ".direnv"),
+])
+def test_what_runs_on_the_host_and_kooi_cannot_keep_is_said(repo, setup, exposed):
+    """The ninth review: husky's installed hook runs `npx lint-staged`, which runs
+    node_modules/lint-staged, which the workload can rewrite; direnv's `layout node` puts
+    node_modules/.bin first on the host's PATH. Far too much to keep a copy of: the
+    result says what runs on the host from there, and a workflow can refuse it."""
+    setup(repo)
+    os.chmod(repo / ".git/hooks/pre-commit", 0o755) if (repo / ".git/hooks/pre-commit").exists() else None
+    g = guarded(repo)
+    rec = g.check()
+    assert exposed in {e["path"] for e in rec["exposed"]}, rec.get("exposed")
+
+
+def test_a_project_without_hooks_or_layouts_exposes_nothing(repo):
+    assert guarded(repo).check()["exposed"] == []
+
+
+@pytest.mark.parametrize("path", ["GNUmakefile", "makefile", "sub/.mvn/jvm.config", "go.work",
+                                  "buildSrc/build.gradle.kts", "docker-compose.override.yml", "compose.override.yaml",
+                                  "gradle.properties", "sub/Makefile", "sub/pom.xml", "sub/package.json"])
+def test_build_entry_points_anywhere_are_watched(repo, path):
+    """The ninth review: a module's own `.mvn/jvm.config` (a -javaagent), a new
+    GNUmakefile, go.work, buildSrc, compose overrides changed without a word."""
+    g = guarded(repo)
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text("x\n")
+    rec = g.check()
+    assert {path, path.split("/")[0]} & {c["path"] for c in rec["watched_changed"]}, rec["watched_changed"]
+    assert (repo / path).exists()  # watched: listed and kept

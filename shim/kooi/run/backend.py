@@ -133,6 +133,10 @@ def _finish(backend: Backend, ctx: RunContext, guard: Guard) -> bool:
     if record["watched_changed"]:
         ctx.log.note("project: changed " + ", ".join(f"{c['path']} ({c['change']})"
                                                     for c in record["watched_changed"]))
+    if record.get("exposed"):
+        ctx.log.note("project: what the host runs from here later also runs what the workload changed, and kooi "
+                     "keeps no copy of it: " + "; ".join(f"{e['path']} ({e['why']})" for e in record["exposed"])
+                     + "; look at the changes before that runs (`git commit --no-verify` skips the hooks)")
     return True
 
 

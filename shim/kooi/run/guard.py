@@ -61,6 +61,10 @@ class Guard(Shadows, ForgeryChecks):
     git_dirs: tuple[str, ...] = (".git",)
     nested: tuple[str, ...] = ()  # the `.git` entries below the top before the run
     deep: tuple[str, ...] = ()  # the DEEP names below the top before the run
+    watched_deep: tuple[str, ...] = ()  # the WATCHED_DEEP names below the top, before and after the run
+    # What runs on the host from the project that kooi cannot keep a copy of (installed
+    # git hooks, direnv layouts' directories): said in the record, never put back.
+    exposed: list[dict[str, str]] = field(default_factory=list)
     bare: tuple[str, ...] = ()  # directories with a bare repository's layout before the run
     nested_ino: dict[tuple[int, int], str] = field(default_factory=dict)  # their git directories, by inode
     shadow: Path | None = None  # where the shadows are (shadows()), until check() drops them
@@ -118,11 +122,15 @@ class Guard(Shadows, ForgeryChecks):
             self._drop_placeholder()  # a killed run's
         except OSError as exc:
             raise GuardError(f".git: cannot remove what a killed kooi run left ({exc.strerror or exc})") from None
-        extra, gitdirs = config_targets(self.root)
-        extra += [t for t in envrc_targets(self.root) if t not in extra]
+        extra, gitdirs, hooks = config_targets(self.root)
+        envrc, layouts = envrc_targets(self.root)
+        extra += [t for t in envrc if t not in extra]
+        self.exposed = hooks + layouts
         bare: list[str] = []
         blind: list[str] = []
-        dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind)
+        watched: list[str] = []
+        dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind, watched=watched)
+        self.watched_deep = tuple(watched)
         self.bare = tuple(bare)
         if blind:
             raise GuardError(f"kooi cannot list {', '.join(blind)} in the project, so it cannot check what a run "
@@ -150,7 +158,7 @@ class Guard(Shadows, ForgeryChecks):
     def snapshot_watched(self) -> None:
         """Right before the workload starts (after kooi's own ACL grant, which changes
         the files' ctime)."""
-        self.watched = scan(self.root, WATCHED, content=False, strict=False)
+        self.watched = scan(self.root, (*WATCHED, *self.watched_deep), content=False, strict=False)
         # A file's ctime comes from a clock that may lag by a tick: what kooi itself
         # changed (the ACL grant) is older than STARTED, what the workload changes newer.
         time.sleep(0.03)
@@ -226,7 +234,9 @@ class Guard(Shadows, ForgeryChecks):
         a `.git` file pointing git elsewhere): removed, listed."""
         bare: list[str] = []
         blind: list[str] = []
-        dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind)
+        watched: list[str] = []
+        dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind, watched=watched)
+        self.watched_deep = tuple(dict.fromkeys((*self.watched_deep, *watched)))
         failed = [] if complete else [f"the project holds more than {MAX_WALK} entries: kooi could not look for "
                                       "nested git repositories the workload made"]
         # Anything kooi cannot read fails the run: what the workload hid there is unchecked.
@@ -395,7 +405,8 @@ class Guard(Shadows, ForgeryChecks):
             except OSError as exc:
                 failed.append(f"the project's protected paths: {exc.strerror or exc}")
         watched = self.watched
-        w_after = scan(self.root, WATCHED, content=False, strict=False) if watched is not None else {}
+        w_after = scan(self.root, (*WATCHED, *self.watched_deep), content=False,
+                       strict=False) if watched is not None else {}
         changed = []
         for rel in sorted(set(watched or {}) | set(w_after)):
             b, a = (watched or {}).get(rel), w_after.get(rel)
@@ -403,7 +414,8 @@ class Guard(Shadows, ForgeryChecks):
                 continue
             changed.append({"path": rel, "change": change_of(b, a)})
         record: dict[str, Any] = {"protected": list(self.paths), "refused": shadowed + refused,
-                                  "restored": not failed, "restore_failed": failed, "watched_changed": changed}
+                                  "restored": not failed, "restore_failed": failed, "watched_changed": changed,
+                                  "exposed": self.exposed}
         if warning:
             record["warning"] = warning
         self.progress = None
@@ -419,7 +431,8 @@ class Guard(Shadows, ForgeryChecks):
                 "protected": {k: _entry_out(e) for k, e in self.protected.items()},
                 "watched": None if self.watched is None else {k: _entry_out(e) for k, e in self.watched.items()},
                 "extra": list(self.extra), "git_dirs": list(self.git_dirs), "nested": list(self.nested),
-                "deep": list(self.deep), "bare": list(self.bare),
+                "deep": list(self.deep), "bare": list(self.bare), "watched_deep": list(self.watched_deep),
+                "exposed": self.exposed,
                 "nested_ino": [[d, i, r] for (d, i), r in self.nested_ino.items()],
                 "shadow": None if self.shadow is None else str(self.shadow),
                 "throwaways": [{"git": t.git, "copy": str(t.copy), "bound": list(t.bound),
@@ -441,6 +454,8 @@ class Guard(Shadows, ForgeryChecks):
             g.extra = [str(x) for x in doc["extra"]]
             g.git_dirs = tuple(map(str, doc["git_dirs"]))
             g.nested, g.deep, g.bare = (tuple(map(str, doc[k])) for k in ("nested", "deep", "bare"))
+            g.watched_deep = tuple(map(str, doc.get("watched_deep", ())))  # a record of an older kooi has none
+            g.exposed = [{"path": str(e["path"]), "why": str(e["why"])} for e in doc.get("exposed", ())]
             g.nested_ino = {(int(d), int(i)): str(r) for d, i, r in doc["nested_ino"]}
             g.shadow = None if doc["shadow"] is None else Path(doc["shadow"])
             g.throwaways = [Throwaway(str(t["git"]), Path(t["copy"]), tuple(map(str, t["bound"])),

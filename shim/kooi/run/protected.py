@@ -14,7 +14,17 @@ from pathlib import Path
 # and language servers they start on the host when opened here, vim's exrc, sdkman's
 # environment.
 AGENTS = (".gemini", ".cursor", ".codex", ".amazonq", ".roo", ".kiro", ".windsurf", ".continue", ".opencode",
-          "opencode.json", "opencode.jsonc", ".zed", ".helix", ".nvim.lua", ".nvimrc", ".exrc", ".sdkmanrc")
+          "opencode.json", "opencode.jsonc", ".qwen", ".clinerules", ".kilocode", ".crush.json", ".factory",
+          ".aider.conf.yml", ".junie", ".zed", ".helix", ".theia", ".nvim.lua", ".nvimrc", ".exrc", ".lazy.lua",
+          ".dir-locals.el", ".sdkmanrc")
+# Python modules the host runs from the project's top when someone runs `python3 -m
+# NAME` (or a script there: `setup.py` imports setuptools) in it: the current directory
+# comes first on sys.path, so a NAME.py or NAME/ package there is what runs.
+PY_TOOLS = ("unittest", "pip", "pytest", "venv", "ensurepip", "doctest", "pdb", "timeit", "cProfile", "trace",
+            "compileall", "sitecustomize", "usercustomize", "setuptools", "pkg_resources", "distutils", "wheel",
+            "twine", "coverage", "mypy", "black", "flake8", "pylint", "isort", "tox", "nox", "pipx", "poetry",
+            "pre_commit")
+PY_SHADOWS = tuple(p for n in PY_TOOLS for p in (f"{n}.py", f"{n}/__init__.py", f"{n}/__main__.py"))
 # Paths that execute on the host later: on `cd` (direnv, mise), in the editor (VS Code
 # tasks, settings, launch configurations, workspaces), when a dev container is built,
 # when an agent runs there (Claude Code's hooks and MCP servers), and `.git` (below).
@@ -26,7 +36,7 @@ PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.
              # script-shell, pnpm's hooks file
              ".cargo/config.toml", ".cargo/config", ".yarnrc.yml", ".yarnrc", ".npmrc", ".pnpmfile.cjs",
              # a toolchain at a path of the workload's: rustup's `path`, mise's `path:` versions
-             "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS)
+             "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS, *PY_SHADOWS)
 # mise's environment variants (mise.ENV.toml) and editor workspaces.
 PROTECTED_GLOBS = ("*.code-workspace", ".mise.*.toml", "mise.*.toml")
 # In a git directory (`.git`, a `gitdir:` target in the project, each submodule's
@@ -50,6 +60,8 @@ def is_git_data(name: str) -> bool:
 # container opened there).
 DEEP = frozenset({".envrc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".cargo", ".mise.toml", "mise.toml",
                   ".mise", ".claude", ".mcp.json", ".devcontainer", ".devcontainer.json", ".gitmodules",
+                  # an editor opened on a module's directory
+                  ".vscode", ".idea",
                   # a toolchain at a path of the workload's: rustup's `path`, mise's `path:`
                   "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS})
 # The paths of a git directory a workflow may leave to the workload for real.
@@ -66,7 +78,16 @@ WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "a
            "Makefile", "setup.py", "setup.cfg", "pyproject.toml", "tox.ini", "noxfile.py", "requirements.txt",
            "poetry.lock", "uv.lock", "Pipfile.lock", "Cargo.lock", "go.sum", "Gemfile.lock", "Dockerfile",
            "docker-compose.yml", "compose.yaml", ".pre-commit-config.yaml", ".husky", "CLAUDE.md",
-           "AGENTS.md")
+           "AGENTS.md", "GNUmakefile", "makefile", "go.mod", "go.work", "buildSrc", "gradle.properties",
+           "docker-compose.yaml", "compose.yml", "docker-compose.override.yml", "docker-compose.override.yaml",
+           "compose.override.yml", "compose.override.yaml", "Cargo.toml", "build.rs", "justfile", "Taskfile.yml",
+           "Gemfile", "Rakefile")
+# Build entry points watched in every directory below the top too (outside
+# node_modules): a module's own `.mvn/jvm.config` or Makefile runs when someone builds
+# in that directory.
+WATCHED_DEEP = frozenset({".mvn", "mvnw", "pom.xml", "build.gradle", "build.gradle.kts", "settings.gradle",
+                          "settings.gradle.kts", "gradle.properties", "gradlew", "package.json", "Makefile",
+                          "GNUmakefile", "makefile", "Cargo.toml", "build.rs", "go.mod", "pyproject.toml", "setup.py"})
 # The most kooi reads of one protected file (a larger one cannot be kept).
 MAX_FILE = 8 << 20
 # Git hook managers: what an installed hook (in the git directory's hooks/) says about
@@ -104,42 +125,150 @@ def _in_project(root: Path, base: Path, value: str) -> str | None:
     return str(rel) if str(rel) != "." else None
 
 
-# direnv's standard library: the directives of a project's `.envrc` that name files or
-# directories of the project (the first argument; _ENVRC_DEFAULTS where it may be left out).
-_ENVRC_LINE = re.compile(r"^\s*(source_env_if_exists|source_env|dotenv_if_exists|dotenv|PATH_add|path_add|"
-                         r"load_prefix|watch_file|use\s+flake|use\s+nix|layout)\b[ \t]*([^\s;#]*)", re.M)
-_ENVRC_DEFAULTS = {"dotenv": ".env", "dotenv_if_exists": ".env", "use flake": "flake.nix", "use nix": "shell.nix"}
+# direnv's standard library: the directives of a project's `.envrc` that load files of
+# the project (the first argument; _ENVRC_DEFAULTS where it may be left out), put its
+# directories on a search path (every argument; path_add's after the variable), or
+# install a layout (_LAYOUTS: the directories it puts first on PATH).
+_ENVRC_FILE = {"source_env", "source_env_if_exists", "dotenv", "dotenv_if_exists", "source", ".", "watch_file",
+               "env_vars_required", "source_url"}
+_ENVRC_DEFAULTS = {"dotenv": ".env", "dotenv_if_exists": ".env"}
+_ENVRC_DIRS = {"PATH_add": 1, "MANPATH_add": 1, "path_add": 2, "load_prefix": 1}
+# What `layout X` puts on the host's PATH (and module paths): kept where small (go's
+# bin), too large to keep a copy of elsewhere (exposed: said in the result).
+_LAYOUTS = {"go": ("bin", ()), "node": ("", ("node_modules/.bin",)), "php": ("", ("vendor/bin",)),
+            "python": ("", (".direnv",)), "python3": ("", (".direnv",)), "python2": ("", (".direnv",)),
+            "pipenv": ("", (".venv", ".direnv")), "poetry": ("", (".venv", ".direnv")), "uv": ("", (".venv",)),
+            "pyenv": ("", (".direnv",)), "anaconda": ("", (".direnv",)), "ruby": ("", (".direnv",)),
+            "perl": ("", (".direnv",)), "julia": ("", (".direnv",))}
+# Variables whose value is a search path or a file the host's programs load: a project
+# directory in one is code the host runs.
+_SEARCH_VAR = re.compile(r"^(PATH|MANPATH|LD_PRELOAD|LD_LIBRARY_PATH|BASH_ENV|ENV|PYTHONSTARTUP|PYTHONPATH|"
+                         r"PYTHONHOME|NODE_PATH|NODE_OPTIONS|RUBYLIB|RUBYOPT|PERL5LIB|PERL5OPT|GEM_HOME|GEM_PATH|"
+                         r"GOPATH|GOBIN|CARGO_HOME|RUSTUP_HOME|JAVA_HOME|JAVA_TOOL_OPTIONS|MAVEN_OPTS|GRADLE_OPTS|"
+                         r"[A-Z_]*PATH|[A-Z_]*_HOME)$")
+_PWD = re.compile(r"\$\{PWD\}|\$PWD\b|\$\(pwd\)|`pwd`|\$\{DIRENV_DIR#-\}")
 
 
-def envrc_targets(root: Path) -> list[str]:
-    """What the project's `.envrc` loads from inside the project when direnv runs it on
-    the host: files it sources (`source_env`, `dotenv`, a nix flake or shell), the
-    directories it puts first on PATH (`PATH_add bin`: a `bin/git` there answers the
-    host's next `git status`). Not `.direnv/`, where `layout` keeps the virtualenvs
-    it puts on PATH (too large to keep a copy of; docs/workflows.md)."""
+def _envrc_words(text: str) -> list[list[str]]:
+    """The simple commands of TEXT, split as the shell would (quotes, `;`, `&&`,
+    `if ...; then`), with the project's own directory ($PWD and its spellings) as `.`."""
+    import shlex
+
+    commands: list[list[str]] = []
+    for line in _PWD.sub(".", text).splitlines():
+        lex = shlex.shlex(line, posix=True, punctuation_chars=";&|()")
+        lex.whitespace_split = True
+        lex.commenters = "#"
+        cmd: list[str] = []
+        try:
+            for tok in lex:
+                if tok and set(tok) <= set(";&|()"):
+                    commands.append(cmd)
+                    cmd = []
+                elif not cmd and tok in ("if", "then", "else", "elif", "do", "while", "until", "!", "export",
+                                         "local", "declare", "readonly", "exec", "command", "builtin"):
+                    continue
+                else:
+                    cmd.append(tok)
+        except ValueError:  # unbalanced quotes: the words up to there
+            pass
+        commands.append(cmd)
+    return [c for c in commands if c]
+
+
+def envrc_targets(root: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """What the project's `.envrc` runs from inside the project when direnv loads it on
+    the host: (paths to protect, what it exposes). Protected: files it sources or loads
+    (`source_env`, `source`, `.`, `dotenv` and its `.env`, a nix flake or shell), files it
+    runs (`./x`), the directories it puts on a search path (`PATH_add bin`,
+    `export PATH=$PWD/bin:$PATH`, `path_add PYTHONPATH lib`, `load_prefix`, `layout go`:
+    a `bin/git` there answers the host's next `git status`). Exposed, too large to keep
+    a copy of: the directories `layout node|php|python|...` puts first on PATH
+    (node_modules/.bin, vendor/bin, .direnv, .venv)."""
     try:
         text = (root / ".envrc").read_text(errors="replace")[:MAX_FILE]
     except OSError:
-        return []
-    out: list[str] = []
-    for m in _ENVRC_LINE.finditer(text):
-        verb, arg = re.sub(r"\s+", " ", m.group(1)), m.group(2).strip("\"'")
-        if verb == "layout":
+        return [], []
+    protect: list[str] = []
+    exposed: list[dict[str, str]] = []
+
+    def add(value: str, sub: str = "") -> None:
+        value = value.strip()
+        if not value or "$" in value or "`" in value:
+            return
+        if (t := _in_project(root, root, value)) is not None:
+            t = f"{t}/{sub}" if sub else t
+            if t not in protect:
+                protect.append(t)
+        elif sub and _in_project(root, root, value + "/x") is not None:  # the project itself
+            if sub not in protect:
+                protect.append(sub)
+
+    for cmd in _envrc_words(text):
+        verb, args = cmd[0], cmd[1:]
+        if "=" in verb and _SEARCH_VAR.match(verb.split("=", 1)[0]):  # PATH=./bin:$PATH
+            for part in re.split(r"[:\s]", verb.split("=", 1)[1]):
+                add(part.removeprefix("-javaagent:"))
             continue
-        if verb in ("use flake", "use nix"):
-            out += ["flake.nix", "flake.lock"] if verb == "use flake" else ["shell.nix", "default.nix"]
+        if verb in _ENVRC_FILE:
+            add(args[0] if args else _ENVRC_DEFAULTS.get(verb, ""))
+        elif verb in _ENVRC_DIRS:
+            for a in args[_ENVRC_DIRS[verb] - 1:]:
+                if verb == "load_prefix":
+                    for sub in ("bin", "sbin", "lib", "lib64"):
+                        add(a, sub)
+                else:
+                    add(a)
+        elif verb == "use" and args[:1] == ["flake"]:
+            protect += [p for p in ("flake.nix", "flake.lock") if p not in protect]
+        elif verb == "use" and args[:1] == ["nix"]:
+            protect += [p for p in ("shell.nix", "default.nix") if p not in protect]
+        elif verb == "layout" and args:
+            keep, too_large = _LAYOUTS.get(args[0], ("", (".direnv",)))
+            if keep:
+                add(keep)
+            exposed += [{"path": d, "why": f"direnv's `layout {args[0]}` puts it first on the host's PATH"}
+                        for d in too_large if d not in {e["path"] for e in exposed}]
+        elif verb.startswith("./") or verb.startswith("../"):
+            add(verb)  # run directly
+    return protect, exposed
+
+
+def installed_hooks(root: Path, gitdir: Path, config: str) -> list[dict[str, str]]:
+    """The git hooks the host runs at its next commit, merge or push in this project (the
+    git directory's hooks/ and an in-project core.hooksPath): each runs code of the
+    project's (a hook manager's `npx lint-staged` runs node_modules, a pre-commit
+    `repo: local` hook runs the project's scripts), which kooi cannot keep a copy of."""
+    dirs = [gitdir / "hooks"]
+    for m in _HOOKS_PATH.finditer(config):
+        if (t := _in_project(root, root, m.group(1))) is not None:
+            dirs = [root / t]  # core.hooksPath replaces hooks/
+    out = []
+    for d in dirs:
+        try:
+            names = sorted(n for n in os.listdir(d) if not n.endswith(".sample") and n in GIT_HOOKS
+                           and os.access(d / n, os.X_OK) and (d / n).is_file())
+        except OSError:
             continue
-        value = arg or _ENVRC_DEFAULTS.get(verb, "")
-        if "$" in value or not value:
-            continue
-        if (t := _in_project(root, root, value)) is not None and t not in out:
-            out.append(t)
+        if names:
+            rel = os.path.relpath(d, root)
+            out.append({"path": rel, "why": f"git runs {', '.join(names)} from it on the host, and hooks run "
+                                            "code of the project's (scripts, node_modules)"})
     return out
 
 
-def config_targets(root: Path) -> tuple[list[str], list[str]]:
+# The hooks git runs (githooks(5)).
+GIT_HOOKS = frozenset({
+    "applypatch-msg", "pre-applypatch", "post-applypatch", "pre-commit", "pre-merge-commit", "prepare-commit-msg",
+    "commit-msg", "post-commit", "pre-rebase", "post-checkout", "post-merge", "pre-push", "pre-receive", "update",
+    "proc-receive", "post-receive", "post-update", "reference-transaction", "push-to-checkout", "pre-auto-gc",
+    "post-rewrite", "sendemail-validate", "fsmonitor-watchman", "p4-changelist", "p4-prepare-changelist",
+    "p4-post-changelist", "p4-pre-submit", "post-index-change"})
+
+
+def config_targets(root: Path) -> tuple[list[str], list[str], list[dict[str, str]]]:
     """What the project's git setup executes from elsewhere in the project: (paths to
-    protect, git directories). core.hooksPath inside the project (its top directory:
+    protect, git directories, installed hooks: exposed). core.hooksPath inside the project (its top directory:
     husky's `.husky/_` runs `.husky/pre-commit`), include.path / includeIf.*.path
     files, a `gitdir:` target of a `.git` file, and what an installed hook's manager
     reads from the working tree (HOOK_MANAGERS: pre-commit's and prek's
@@ -158,7 +287,7 @@ def config_targets(root: Path) -> tuple[list[str], list[str]]:
                 gitdirs.append(target)
                 gitdir = root / target
     except OSError:
-        return extra, gitdirs
+        return extra, gitdirs, []
     try:
         text = (gitdir / "config").read_text(errors="replace")
     except OSError:
@@ -182,7 +311,7 @@ def config_targets(root: Path) -> tuple[list[str], list[str]]:
     for mark, paths in HOOK_MANAGERS:
         if any(mark in head for head in heads):
             extra.extend(p for p in paths if p not in extra)
-    return extra, gitdirs
+    return extra, gitdirs, installed_hooks(root, gitdir, text)
 
 
 def find_git_entries(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list[str], bool]:
@@ -205,14 +334,16 @@ def is_layout(names: set[str]) -> bool:
 
 
 def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = None,
-                 blind: list[str] | None = None) -> tuple[list[str], list[str], list[str], bool]:
+                 blind: list[str] | None = None,
+                 watched: list[str] | None = None) -> tuple[list[str], list[str], list[str], bool]:
     """One walk of ROOT, never through a symlink and never into a git directory: every
     `.git` below the top (directories, other entries), every DEEP name below the top
     (outside node_modules), complete: False when ROOT holds more than LIMIT entries.
     BARE gets every directory that holds a bare repository's layout ("." for ROOT);
     BLIND every directory the caller cannot list (what is in it is unchecked: a
     workload's `chmod 0311` hid a nested repository there from an earlier walk that
-    skipped it)."""
+    skipped it). WATCHED gets every WATCHED_DEEP name below the top (outside
+    node_modules)."""
     dirs: list[str] = []
     others: list[str] = []
     deep: list[str] = []
@@ -247,6 +378,8 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
                 if rel and not in_modules and e.name in DEEP:
                     deep.append(child)
                     continue
+                if watched is not None and rel and not in_modules and e.name in WATCHED_DEEP:
+                    watched.append(child)
                 if is_dir:
                     todo.append((child, in_modules or e.name == "node_modules"))
         if bare is not None and is_layout(names):
