@@ -208,7 +208,8 @@ def envrc_targets(root: Path) -> tuple[list[str], list[dict[str, str]]]:
         verb, args = cmd[0], cmd[1:]
         if "=" in verb and _SEARCH_VAR.match(verb.split("=", 1)[0]):  # PATH=./bin:$PATH
             for part in re.split(r"[:\s]", verb.split("=", 1)[1]):
-                add(part.removeprefix("-javaagent:"))
+                if not part.startswith("-"):  # an option, not a path (`-javaagent:x.jar` is split at its colon)
+                    add(part)
             continue
         if verb in _ENVRC_FILE:
             add(args[0] if args else _ENVRC_DEFAULTS.get(verb, ""))
