@@ -731,6 +731,7 @@ def test_what_the_envrc_runs_from_the_project_is_put_back_however_it_says_so(rep
     (lambda r: (r / ".envrc").write_text("layout node\n"), "node_modules/.bin"),
     (lambda r: (r / ".envrc").write_text("layout php\n"), "vendor/bin"),
     (lambda r: (r / ".envrc").write_text("layout python3\n"), ".direnv"),
+    (lambda r: (r / ".envrc").write_text("export PATH=$PWD:$PATH\n"), "."),
 ])
 def test_what_runs_on_the_host_and_kooi_cannot_keep_is_said(repo, setup, exposed):
     """The ninth review: husky's installed hook runs `npx lint-staged`, which runs

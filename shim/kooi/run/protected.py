@@ -200,9 +200,12 @@ def envrc_targets(root: Path) -> tuple[list[str], list[dict[str, str]]]:
             t = f"{t}/{sub}" if sub else t
             if t not in protect:
                 protect.append(t)
-        elif sub and _in_project(root, root, value + "/x") is not None:  # the project itself
-            if sub not in protect:
+        elif _in_project(root, root, value + "/x") is not None:  # the project's top itself
+            if sub and sub not in protect:
                 protect.append(sub)
+            elif not sub and not any(e["path"] == "." for e in exposed):
+                exposed.append({"path": ".", "why": "the .envrc puts the project's top directory on a search path of "
+                                                    "the host's (a `git` there answers the next `git status`)"})
 
     for cmd in _envrc_words(text):
         verb, args = cmd[0], cmd[1:]
