@@ -131,3 +131,17 @@ def test_the_roles_default_limits_are_the_shims():
     assert vars_ == {"default": limits.BUILTIN, "max": limits.BUILTIN_MAX}
     assert defaults["kooi_workflow_default_limits"] == limits.BUILTIN
     assert defaults["kooi_workflow_max_limits"] == limits.BUILTIN_MAX
+
+
+def test_the_ssh_description_is_built_from_the_persons_and_checked_by_the_shims_parser():
+    f = _filter()
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMXF8bLWPldQGM0YigOiegXdf4dXyPMHMUjrC//Yo9Ns alice@laptop"
+    doc = f.kooi_ssh_description([{"name": "alice", "keys": [key], "project": "/srv/a"}], "kooi-runner")
+    assert doc["persons"]["alice"]["workflow"] == "shell-session"
+    text = json.dumps(doc)
+    assert f.kooi_hoststate(text, "ssh") == text
+    with pytest.raises(Exception, match="listed twice"):
+        f.kooi_ssh_description([{"name": "a", "keys": [key], "project": "/x"}] * 2, "r")
+    bad = json.dumps({**doc, "persons": {"alice": {**doc["persons"]["alice"], "keys": [key + "\nrestrict " + key]}}})
+    with pytest.raises(Exception, match="not an OpenSSH public key"):
+        f.kooi_hoststate(bad, "ssh")

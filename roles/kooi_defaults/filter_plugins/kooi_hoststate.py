@@ -5,6 +5,9 @@
 it unchanged; a description the shim would refuse fails the task before anything is
 written, in check mode too.
 
+`kooi_ssh_description(persons, login_user)` builds /etc/kooi/ssh.json's content from
+kooi_ssh_persons.
+
 `kooi_subid_ranges(text, user)` reads a user's subordinate ranges from /etc/subuid or
 /etc/subgid text with kooi.hoststate.subids, the same parser.
 
@@ -23,7 +26,7 @@ except ImportError:  # used without Ansible (unit tests)
     class AnsibleFilterError(Exception):  # type: ignore[no-redef]
         pass
 
-KINDS = ("engine", "images", "egress", "apparmor", "fuse", "secrets", "limits")
+KINDS = ("engine", "images", "egress", "apparmor", "fuse", "secrets", "limits", "ssh")
 _SHIM = Path(__file__).resolve().parents[3] / "shim"
 
 
@@ -55,6 +58,21 @@ def kooi_subid_ranges(text, user):
         raise AnsibleFilterError(f"kooi_subid_ranges: {exc}") from None
 
 
+def kooi_ssh_description(persons, login_user):
+    """/etc/kooi/ssh.json's content from kooi_ssh_persons (workflow defaults to
+    shell-session); a name given twice is an error (kooi_hoststate checks the rest)."""
+    out = {}
+    for p in persons or []:
+        name = str(p.get("name", ""))
+        if name in out:
+            raise AnsibleFilterError(f"kooi_ssh_persons: {name!r} is listed twice; list each person once")
+        out[name] = {"keys": [str(k) for k in p.get("keys") or []], "workflow": str(p.get("workflow") or
+                                                                                   "shell-session"),
+                     "project": str(p.get("project", ""))}
+    return {"login_user": str(login_user), "persons": out}
+
+
 class FilterModule:
     def filters(self):
-        return {"kooi_hoststate": kooi_hoststate, "kooi_subid_ranges": kooi_subid_ranges}
+        return {"kooi_hoststate": kooi_hoststate, "kooi_subid_ranges": kooi_subid_ranges,
+                "kooi_ssh_description": kooi_ssh_description}

@@ -16,6 +16,7 @@ from . import policy as _policy  # noqa: F401  (registers the POL-* checks)
 from . import network as _network  # noqa: F401  (registers the NET-* and POL-EGRESS checks)
 from . import apparmor as _apparmor  # noqa: F401  (registers the HOST-APPARMOR-* and ID-APPARMOR checks)
 from . import secrets as _secrets  # noqa: F401  (registers the HOST-SECRETS-* checks)
+from . import ssh as _ssh  # noqa: F401  (registers the HOST-SSH-* checks)
 from . import runs as _runs  # noqa: F401  (registers the RUN-* checks)
 # isort: on
 

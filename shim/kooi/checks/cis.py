@@ -97,6 +97,8 @@ MAP: dict[str, list[str]] = {
     "NET-EGRESS-PROXY": [],
     "HOST-SECRETS-STORE": [],
     "HOST-SECRETS-INJECTOR": [],
+    "HOST-SSH-ENTRY": [],
+    "HOST-SSH-KEYS": [],
     "RUN-RESULT": [],
     "RUN-TIMEOUT": [],
     "RUN-LOCK": [],

@@ -48,6 +48,11 @@ def register(sub: Any) -> None:
     sp.add_argument("--json", action="store_true", help="print the session's result")
     add("reset", "remove the kept home (no session of it may be running)", workflow=None).add_argument(
         "workflow", help="the session workflow whose kept home goes")
+    g = ssub.add_parser("gate", help="the SSH entry: sshd's forced command for the persons' login account",
+                        description="Run by the host's sshd (ForceCommand, roles/session_ssh), never by hand: the "
+                        "key sshd took names the person; the connection enters that person's session.")
+    g.add_argument("--config", default=str(engine_state.PATH), help=argparse.SUPPRESS)
+    g.set_defaults(func=command)
 
 
 def command(args: argparse.Namespace) -> int:
@@ -58,6 +63,8 @@ def command(args: argparse.Namespace) -> int:
         cfg = engine_state.load(Path(args.config))
     except HostStateError as exc:
         return fail(where, exc, EXIT_USAGE)
+    if args.action == "gate":
+        return _gate(cfg, where)
     try:
         who = sessions.caller(cfg, args.person)
         if args.action == "start":
@@ -77,6 +84,24 @@ def command(args: argparse.Namespace) -> int:
         return EXIT_OK
     except sessions.SessionError as exc:
         return fail(where, exc, exc.code)
+
+
+def _gate(cfg: Any, where: str) -> int:
+    from .. import sessions, sshgate
+
+    try:
+        cmd, env, said = sshgate.gate(cfg, os.environ, sys.stdin.isatty() and sys.stdout.isatty())
+    except sshgate.GateError as exc:
+        return fail(where, exc, exc.code)
+    except sessions.SessionError as exc:
+        return fail(where, exc, exc.code)
+    import syslog
+
+    syslog.openlog("kooi-ssh", 0, syslog.LOG_AUTH)
+    syslog.syslog(syslog.LOG_INFO, f"{said} ({os.environ.get('SSH_CONNECTION', '?')})")
+    sys.stdout.flush()
+    os.execve(cmd[0], cmd, env)
+    return 70  # not reached
 
 
 def _start(sessions: Any, cfg: Any, who: Any, args: argparse.Namespace, where: str) -> int:

@@ -14,6 +14,7 @@ re-run site.yml, never a guess.
     apparmor /etc/kooi/apparmor.json kooi's profiles (roles/apparmor)
     fuse     /etc/kooi/fuse.json     whether /dev/fuse is opted in (roles/fuse)
     limits   /etc/kooi/limits.json   the runs' default and maximum limits (roles/shim)
+    ssh      /etc/kooi/ssh.json      the SSH entry into sessions: persons and keys (roles/session_ssh)
     subids   /etc/subuid, /etc/subgid (not kooi's, but read and planned by kooi)
 """
 

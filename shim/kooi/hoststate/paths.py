@@ -21,6 +21,8 @@ FUSE = f"{ETC}/fuse.json"
 LIMITS = f"{ETC}/limits.json"
 SECRETS = f"{ETC}/secrets.json"
 SECRETS_DIR = f"{ETC}/secrets"
+SSH = f"{ETC}/ssh.json"  # the SSH entry into sessions: persons, their keys (roles/session_ssh)
+SSH_KEYS = f"{ETC}/ssh/authorized_keys"  # the keys sshd takes for the login account
 INJECT_RUN_DIR = "/run/kooi-inject"
 INJECT_CONTROL = f"{INJECT_RUN_DIR}/control.sock"
 INJECT_LOG_DIR = "/var/log/kooi/inject"
@@ -44,7 +46,8 @@ BIN = "/usr/local/bin/kooi"
 ALL: dict[str, str] = {
     "etc": ETC, "engine": ENGINE, "engine_dir": ENGINE_DIR, "images": IMAGES,
     "image_lock": IMAGE_LOCK, "egress": EGRESS, "apparmor": APPARMOR, "fuse": FUSE, "limits": LIMITS,
-    "secrets": SECRETS, "secrets_dir": SECRETS_DIR, "inject_run_dir": INJECT_RUN_DIR,
+    "secrets": SECRETS, "secrets_dir": SECRETS_DIR, "ssh": SSH, "ssh_keys": SSH_KEYS,
+    "inject_run_dir": INJECT_RUN_DIR,
     "inject_control": INJECT_CONTROL, "inject_log_dir": INJECT_LOG_DIR,
     "workflows": WORKFLOWS, "seccomp_dir": SECCOMP_DIR, "authz_token": AUTHZ_TOKEN,
     "authz_plugin": AUTHZ_PLUGIN, "authz_socket": AUTHZ_SOCKET, "runs": RUNS,
