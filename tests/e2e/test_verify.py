@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from kooi.checks import CHECKS
 
@@ -39,29 +40,44 @@ def containers(engine) -> list[str]:
                           check=True).stdout.split()
 
 
-def test_json_report_is_complete_valid_and_changes_nothing(engine):
+@pytest.fixture(scope="module")
+def full_report(engine) -> tuple[subprocess.CompletedProcess, dict, dict[str, str], list[str]]:
+    """One run of the whole catalogue (tens of seconds on a loaded CI machine), read by
+    the tests of what it reports and how: (the run, its report, the watched files' and
+    the engine's containers before it)."""
     before, before_containers = fingerprint(), containers(engine)
     res = verify("--format", "json")
-    report = json.loads(res.stdout)
+    return res, json.loads(res.stdout), before, before_containers
+
+
+def test_json_report_is_complete_valid_and_changes_nothing(engine, full_report):
+    res, report, before, before_containers = full_report
     assert res.returncode == 0, [(c["id"], c["evidence"]) for c in report["checks"] if c["status"] == "fail"]
     jsonschema.validate(report, json.loads((REPO / "docs/verify.schema.json").read_text()))
     assert [c["id"] for c in report["checks"]] == [c.id for c in CHECKS]
     assert report["ok"] and report["summary"]["fail"] == 0
     assert {c["id"] for c in report["checks"] if c["status"] == "pass"} >= {
-        "HOST-ENGINE-ROOTLESS", "ESC-PROCSYS-WRITE", "IMG-NOSUID", "ID-CAPS"}
+        "HOST-ENGINE-ROOTLESS", "ESC-PROCSYS-WRITE", "ESC-USERNS-MAP", "IMG-NOSUID", "ID-CAPS"}
     assert fingerprint() == before
     assert containers(engine) == before_containers
 
 
-def test_junit_and_text_reports(engine, tmp_path):
-    # CI keeps this report (.ci/out/verify-local.xml): the catalogue on the CI machine.
-    out = Path(os.environ.get("KOOI_REPORT_DIR") or tmp_path) / "verify-local.xml"
-    res = verify("--format", "junit", "--output", str(out))
-    assert res.returncode == 0 and "0 failed" in res.stdout
+def test_junit_and_text_reports(engine, full_report, tmp_path):
+    # The command's JUnit output (two checks), and the whole catalogue's report rendered
+    # by the same renderer: CI keeps it (.ci/out/verify-local.xml).
+    from kooi.verify import FORMATS
+
+    out = tmp_path / "two.xml"
+    res = verify("--format", "junit", "--output", str(out), "--check", "HOST-ENGINE-ROOTLESS", "--check",
+                 "HOST-RUNNER-NODOCKER")
+    assert res.returncode == 0 and "0 failed" in res.stdout, res.stdout + res.stderr
     cases = ET.parse(out).getroot().findall(".//testcase")
-    assert [c.get("name") for c in cases] == [c.id for c in CHECKS]
+    assert sorted(c.get("name") for c in cases) == ["HOST-ENGINE-ROOTLESS", "HOST-RUNNER-NODOCKER"]
     assert "CIS Docker Benchmark v1.6.0: 2.1, 2.9" in next(
         c.find("system-out").text for c in cases if c.get("name") == "HOST-ENGINE-ROOTLESS")
+    full = Path(os.environ.get("KOOI_REPORT_DIR") or tmp_path) / "verify-local.xml"
+    full.write_text(FORMATS["junit"](full_report[1]))
+    assert [c.get("name") for c in ET.parse(full).getroot().findall(".//testcase")] == [c.id for c in CHECKS]
     text = verify("--check", "HOST-RUNNER-NODOCKER", "--check", "IMG-NONROOT")
     assert text.returncode == 0
     assert "PASS HOST-RUNNER-NODOCKER" in text.stdout and "verify: 2 passed, 0 failed" in text.stdout

@@ -12,6 +12,10 @@ EXIT_NOT_RUNNING = 3
 
 
 def fail(where: str, message: object, code: int = EXIT_FAIL) -> int:
-    """Print `WHERE: MESSAGE` on standard error and return CODE."""
-    print(f"{where}: {message}", file=sys.stderr)
+    """Print `WHERE: MESSAGE` on standard error and return CODE. A message may name what
+    a workload made (a path in the project): its control characters are shown, never
+    sent to the caller's terminal (a person's file name retitled root's terminal)."""
+    from ..run.errors import neutral
+
+    print(neutral(f"{where}: {message}"), file=sys.stderr)
     return code

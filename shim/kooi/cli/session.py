@@ -12,6 +12,7 @@ from typing import Any
 
 from ..hoststate import HostStateError
 from ..hoststate import engine as engine_state
+from ..run.errors import neutral
 from .exits import EXIT_OK, EXIT_USAGE, fail
 
 
@@ -77,10 +78,10 @@ def command(args: argparse.Namespace) -> int:
         if args.action == "stop":
             res = sessions.stop(cfg, who, args.workflow)
             print(json.dumps(res, indent=2) if args.json else
-                  f"{where}: {res['workflow']} of {res['session']['person']}: {res['message']} (result "
-                  f"{res['run_id']}, {len(res['refused'])} refusal(s))")
+                  neutral(f"{where}: {res['workflow']} of {res['session']['person']}: {res['message']} (result "
+                          f"{res['run_id']}, {len(res['refused'])} refusal(s))"))
             return EXIT_OK
-        print(sessions.reset(cfg, who, args.workflow))
+        print(neutral(sessions.reset(cfg, who, args.workflow)))
         return EXIT_OK
     except sessions.SessionError as exc:
         return fail(where, exc, exc.code)
@@ -109,8 +110,8 @@ def _start(sessions: Any, cfg: Any, who: Any, args: argparse.Namespace, where: s
     if "result" in word:
         res = word["result"]
         return fail(where, res["message"], res["exit_code"] or 70)
-    print(f"{where}: {args.workflow} of {who.person} runs (run {word['started']}, home {word['home']}); "
-          f"attach: kooi session attach {args.workflow}" + (f" --person {who.person}" if args.person else ""))
+    print(neutral(f"{where}: {args.workflow} of {who.person} runs (run {word['started']}, home {word['home']}); "
+                  f"attach: kooi session attach {args.workflow}" + (f" --person {who.person}" if args.person else "")))
     if not args.attach:
         return EXIT_OK
     sessions.as_runner(cfg)
