@@ -156,3 +156,13 @@ def test_kooi_lines_start_a_line_after_the_workloads_last_partial_line(tmp_path)
     log.close()
     assert (tmp_path / "run.log").read_text().splitlines()[-2:] == [
         "kooi: failed: the workload failed (exit 137)", "kooi: next"]
+
+
+def test_a_failure_line_never_sends_a_workloads_control_characters(capsys):
+    """Sessions review (helper-15): a project file name with OSC/CSI sequences, quoted in
+    kooi session stop's and start's messages, retitled and recoloured root's terminal."""
+    from kooi.cli.exits import fail
+
+    assert fail("kooi session stop", "cannot list .vscode/\x1b]0;PWNED\x07\x1b[41mRED") == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "PWNED" in err
