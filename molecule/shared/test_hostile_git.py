@@ -289,7 +289,11 @@ echo "records before: $(grep -l "\\"$id\\"" /var/lib/kooi/runs/guards/*.json 2>/
 nextpid=$!
 sleep 4
 kill -CONT $pid"""
+    # The output file goes first: the background run truncates it only once its shell
+    # has forked, and "queued" waits for its first line (an earlier parameter's file,
+    # same name, made it stop the run before it held the lock: CI, stop 38).
     killed = host.run(f"""
+rm -f {out} {out}.next
 KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {shlex.quote(project)} > {out} 2>&1 &
 pid=$!{queue}
 i=0; while [ ! -e {project}/.kooi-hostile-ready ] && kill -0 $pid 2>/dev/null && [ $i -lt 1200 ]; do
