@@ -761,3 +761,117 @@ def test_build_entry_points_anywhere_are_watched(repo, path):
     rec = g.check()
     assert {path, path.split("/")[0]} & {c["path"] for c in rec["watched_changed"]}, rec["watched_changed"]
     assert (repo / path).exists()  # watched: listed and kept
+
+
+# The tenth review (helper-14): what still ran on the host, unsaid.
+def _host_git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_commands_the_repositorys_own_config_runs_are_said(repo):
+    """nbstripout --install: git's clean filter runs `python -m nbstripout`, which loads
+    the workload's nbstripout.py at the host's next `git status`."""
+    _host_git(repo, "config", "filter.nbstripout.clean", '"/usr/bin/python3" -m nbstripout')
+    _host_git(repo, "config", "diff.ipynb.textconv", '"/usr/bin/python3" -m nbstripout -t')
+    rec = guarded(repo).check()
+    exposed = {e["path"]: e["why"] for e in rec["exposed"]}
+    assert ".git/config" in exposed and "filter.nbstripout.clean" in exposed[".git/config"], rec["exposed"]
+
+
+@pytest.mark.parametrize("envrc,written", [
+    ('export PATH="$PWD/bin1${PATH:+:$PATH}"\n', "bin1/git"),
+    ("PATH_add \\\n  bin2\n", "bin2/git"),
+    ("source_env_if_exists .envrc.local\n", "bin6/git"),  # .envrc.local: PATH_add bin6
+    ("source .venv/bin/activate\n", ".venv/bin/git"),
+    ("export NODE_OPTIONS=--require=./hook4.js\n", "hook4.js"),
+    ("export GIT_CONFIG_GLOBAL=$PWD/.gitconfig-dev\n", ".gitconfig-dev"),
+    ("export KUBECONFIG=$PWD/kubeconfig\n", "kubeconfig"),
+    ("layout go\n", "bin/git"),
+    ("use devenv\n", "devenv.nix"),
+])
+def test_what_the_envrc_runs_is_kept_in_the_tenth_reviews_spellings(repo, envrc, written):
+    (repo / ".envrc").write_text(envrc)
+    (repo / ".envrc.local").write_text("PATH_add bin6\n")
+    (repo / ".venv/bin").mkdir(parents=True)
+    (repo / ".venv/bin/activate").write_text('VIRTUAL_ENV=x\nPATH="$VIRTUAL_ENV/bin:$PATH"\n')
+    g = guarded(repo)
+    (repo / written).parent.mkdir(parents=True, exist_ok=True)
+    (repo / written).write_text("#!/bin/sh\nid > /tmp/pwned\n")
+    rec = g.check()
+    refused = {r["path"] for r in rec["refused"]}
+    assert refused & {written, str(Path(written).parent)}, (envrc, rec["refused"])
+    assert "+" not in rec["protected"]
+
+
+def test_every_envrc_is_said_to_run_on_the_host_and_a_subdirectorys_is_read_too(repo):
+    (repo / ".envrc").write_text("for d in tools/bin; do PATH_add \"$d\"; done\n")
+    (repo / "sub").mkdir()
+    (repo / "sub/.envrc").write_text("PATH_add bin\n")
+    g = guarded(repo)
+    (repo / "sub/bin").mkdir()
+    (repo / "sub/bin/git").write_text("#!/bin/sh\nid > /tmp/pwned\n")
+    rec = g.check()
+    assert {".envrc", "sub/.envrc"} <= {e["path"] for e in rec["exposed"]}, rec["exposed"]
+    assert {"sub/bin", "sub/bin/git"} & {r["path"] for r in rec["refused"]}, rec["refused"]
+
+
+def test_a_source_tree_on_a_module_path_is_said_not_put_back(repo):
+    """PYTHONPATH=$PWD/src made all of src/ protected: the agent's edits were reverted."""
+    (repo / ".envrc").write_text("export PYTHONPATH=$PWD/src\nexport VIRTUAL_ENV=venv5\nlayout python\n")
+    (repo / "src").mkdir()
+    (repo / "src/app.py").write_text("print(1)\n")
+    g = guarded(repo)
+    (repo / "src/app.py").write_text("print(2)\n")
+    rec = g.check()
+    assert (repo / "src/app.py").read_text() == "print(2)\n" and not rec["refused"], rec["refused"]
+    assert {"src", "venv5"} <= {e["path"] for e in rec["exposed"]}, rec["exposed"]
+
+
+@pytest.mark.parametrize("setup,target", [
+    ({".yarnrc.yml": "yarnPath: .yarn/releases/yarn-4.1.0.cjs\nplugins:\n  - path: .yarn/plugins/p.cjs\n"},
+     ".yarn/releases/yarn-4.1.0.cjs"),
+    ({".yarnrc.yml": "plugins:\n  - path: .yarn/plugins/p.cjs\n    spec: x\n"}, ".yarn/plugins/p.cjs"),
+    ({".yarnrc": 'yarn-path ".yarn/releases/yarn-1.22.cjs"\n'}, ".yarn/releases/yarn-1.22.cjs"),
+    ({".npmrc": "pnpmfile=./hooks/pnpmfile.cjs\n"}, "hooks/pnpmfile.cjs"),
+])
+def test_the_package_managers_own_code_the_project_names_is_kept(repo, setup, target):
+    for name, text in setup.items():
+        (repo / name).write_text(text)
+    (repo / target).parent.mkdir(parents=True, exist_ok=True)
+    (repo / target).write_text("// yarn\n")
+    g = guarded(repo)
+    (repo / target).write_text("require('child_process').execSync('id > /tmp/pwned')\n")
+    rec = g.check()
+    assert target in {r["path"] for r in rec["refused"]} and (repo / target).read_text() == "// yarn\n", rec
+
+
+@pytest.mark.parametrize("name", ["argparse.py", "textwrap.py", "tokenize.py", "linecache.py", "subprocess.py",
+                                  "inspect/__init__.py", "_pytest.py", "pluggy.py", "crush.json", ".dir-locals-2.el",
+                                  ".vimrc"])
+def test_new_module_shadows_and_more_editor_files_are_removed(repo, name):
+    g = guarded(repo)
+    (repo / name).parent.mkdir(parents=True, exist_ok=True)
+    (repo / name).write_text("import os; os.system('id > /tmp/pwned')\n")
+    rec = g.check()
+    assert {name, name.split("/")[0]} & {r["path"] for r in rec["refused"]}, rec["refused"]
+
+
+def test_a_projects_own_module_named_like_a_tool_is_its_own(repo):
+    """A project that is itself black (or has a calendar.py) keeps working on it."""
+    (repo / "black").mkdir()
+    (repo / "black/__init__.py").write_text("v = 1\n")
+    (repo / "calendar.py").write_text("v = 1\n")
+    g = guarded(repo)
+    (repo / "black/__init__.py").write_text("v = 2\n")
+    (repo / "calendar.py").write_text("v = 2\n")
+    rec = g.check()
+    assert not rec["refused"], rec["refused"]
+
+
+@pytest.mark.parametrize("made", [".venv/bin/python", "venv/bin/python", "node_modules/eslint/lib/api.js"])
+def test_an_interpreter_or_libraries_editors_run_are_said(repo, made):
+    g = guarded(repo)
+    (repo / made).parent.mkdir(parents=True, exist_ok=True)
+    (repo / made).write_text("x\n")
+    rec = g.check()
+    assert made.split("/")[0] in {e["path"] for e in rec["exposed"]}, rec["exposed"]

@@ -42,10 +42,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .envrc import envrc_targets
 from .forgery import ForgeryChecks
 from .fsat import open_dir, remove_at
 from .gitdata import MAX_VERIFY_BYTES, bound_problems
-from .protected import MAX_WALK, PROTECTED, PROTECTED_GLOBS, WATCHED, config_targets, envrc_targets, is_git_data, walk_project
+from .protected import (
+    MAX_WALK,
+    PROTECTED,
+    PROTECTED_GLOBS,
+    WATCHED,
+    absent_shadows,
+    config_targets,
+    is_git_data,
+    package_targets,
+    present_exposed,
+    walk_project,
+)
 from .shadows import Shadows, Throwaway
 from .snapshot import MAX_ENTRIES_AFTER, Entry, change_of, lentry, remove_path, restore, scan
 from .snapshot import GuardError as GuardError  # re-exported: Guard raises it
@@ -123,14 +135,14 @@ class Guard(Shadows, ForgeryChecks):
         except OSError as exc:
             raise GuardError(f".git: cannot remove what a killed kooi run left ({exc.strerror or exc})") from None
         extra, gitdirs, hooks = config_targets(self.root)
-        envrc, layouts = envrc_targets(self.root)
-        extra += [t for t in envrc if t not in extra]
-        self.exposed = hooks + layouts
         bare: list[str] = []
         blind: list[str] = []
         watched: list[str] = []
         dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind, watched=watched)
         self.watched_deep = tuple(watched)
+        envrc, said = envrc_targets(self.root, (".envrc", *(d for d in deep if d.endswith("/.envrc"))))
+        extra += [t for t in envrc + package_targets(self.root) + absent_shadows(self.root) if t not in extra]
+        self.exposed = hooks + said
         self.bare = tuple(bare)
         if blind:
             raise GuardError(f"kooi cannot list {', '.join(blind)} in the project, so it cannot check what a run "
@@ -415,7 +427,8 @@ class Guard(Shadows, ForgeryChecks):
             changed.append({"path": rel, "change": change_of(b, a)})
         record: dict[str, Any] = {"protected": list(self.paths), "refused": shadowed + refused,
                                   "restored": not failed, "restore_failed": failed, "watched_changed": changed,
-                                  "exposed": self.exposed}
+                                  "exposed": self.exposed + [e for e in present_exposed(self.root)
+                                                             if e["path"] not in {x["path"] for x in self.exposed}]}
         if warning:
             record["warning"] = warning
         self.progress = None

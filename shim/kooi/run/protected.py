@@ -15,16 +15,38 @@ from pathlib import Path
 # environment.
 AGENTS = (".gemini", ".cursor", ".codex", ".amazonq", ".roo", ".kiro", ".windsurf", ".continue", ".opencode",
           "opencode.json", "opencode.jsonc", ".qwen", ".clinerules", ".kilocode", ".crush.json", ".factory",
-          ".aider.conf.yml", ".junie", ".zed", ".helix", ".theia", ".nvim.lua", ".nvimrc", ".exrc", ".lazy.lua",
-          ".dir-locals.el", ".sdkmanrc")
-# Python modules the host runs from the project's top when someone runs `python3 -m
+          ".aider.conf.yml", ".junie", "crush.json", ".zed", ".helix", ".theia", ".nvim.lua", ".nvimrc", ".exrc",
+          ".vimrc", ".gvimrc", ".lazy.lua", ".dir-locals.el", ".dir-locals-2.el", ".sdkmanrc")
+# Python modules the host imports from the project's top when someone runs `python3 -m
 # NAME` (or a script there: `setup.py` imports setuptools) in it: the current directory
-# comes first on sys.path, so a NAME.py or NAME/ package there is what runs.
-PY_TOOLS = ("unittest", "pip", "pytest", "venv", "ensurepip", "doctest", "pdb", "timeit", "cProfile", "trace",
-            "compileall", "sitecustomize", "usercustomize", "setuptools", "pkg_resources", "distutils", "wheel",
-            "twine", "coverage", "mypy", "black", "flake8", "pylint", "isort", "tox", "nox", "pipx", "poetry",
-            "pre_commit")
-PY_SHADOWS = tuple(p for n in PY_TOOLS for p in (f"{n}.py", f"{n}/__init__.py", f"{n}/__main__.py"))
+# comes first on sys.path, so a NAME.py or NAME/ package there is what runs, for the
+# tool itself and for every module it imports (argparse for venv, pluggy for pytest).
+# Kept absent when the project has none (absent_shadows): a project's own module of
+# such a name is its own.
+PY_TOOLS = ("unittest", "pip", "pytest", "_pytest", "pluggy", "iniconfig", "venv", "ensurepip", "setuptools",
+            "pkg_resources", "distutils", "wheel", "twine", "coverage", "mypy", "black", "flake8", "pylint", "isort",
+            "tox", "nox", "pipx", "poetry", "pre_commit", "sitecustomize", "usercustomize")
+# Not kept: the standard library's names a project commonly has at its top.
+_PY_OWN = frozenset({"test", "this", "antigravity", "__future__", "__main__", "site"})
+
+
+def _py_shadow_names() -> tuple[str, ...]:
+    import sys
+
+    return tuple(sorted((set(sys.stdlib_module_names) - _PY_OWN) | set(PY_TOOLS)))
+
+
+def absent_shadows(root: Path) -> list[str]:
+    """The module files (NAME.py, NAME/__init__.py, NAME/__main__.py) of PY_TOOLS and the
+    standard library that ROOT does not have: one the workload makes is removed."""
+    out = []
+    for n in _py_shadow_names():
+        if os.path.lexists(root / f"{n}.py") or os.path.lexists(root / n):
+            continue
+        out += [f"{n}.py", f"{n}/__init__.py", f"{n}/__main__.py"]
+    return out
+
+
 # Paths that execute on the host later: on `cd` (direnv, mise), in the editor (VS Code
 # tasks, settings, launch configurations, workspaces), when a dev container is built,
 # when an agent runs there (Claude Code's hooks and MCP servers), and `.git` (below).
@@ -36,7 +58,7 @@ PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.
              # script-shell, pnpm's hooks file
              ".cargo/config.toml", ".cargo/config", ".yarnrc.yml", ".yarnrc", ".npmrc", ".pnpmfile.cjs",
              # a toolchain at a path of the workload's: rustup's `path`, mise's `path:` versions
-             "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS, *PY_SHADOWS)
+             "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS)
 # mise's environment variants (mise.ENV.toml) and editor workspaces.
 PROTECTED_GLOBS = ("*.code-workspace", ".mise.*.toml", "mise.*.toml")
 # In a git directory (`.git`, a `gitdir:` target in the project, each submodule's
@@ -125,117 +147,64 @@ def _in_project(root: Path, base: Path, value: str) -> str | None:
     return str(rel) if str(rel) != "." else None
 
 
-# direnv's standard library: the directives of a project's `.envrc` that load files of
-# the project (the first argument; _ENVRC_DEFAULTS where it may be left out), put its
-# directories on a search path (every argument; path_add's after the variable), or
-# install a layout (_LAYOUTS: the directories it puts first on PATH).
-_ENVRC_FILE = {"source_env", "source_env_if_exists", "dotenv", "dotenv_if_exists", "source", ".", "watch_file",
-               "env_vars_required", "source_url"}
-_ENVRC_DEFAULTS = {"dotenv": ".env", "dotenv_if_exists": ".env"}
-_ENVRC_DIRS = {"PATH_add": 1, "MANPATH_add": 1, "path_add": 2, "load_prefix": 1}
-# What `layout X` puts on the host's PATH (and module paths): kept where small (go's
-# bin), too large to keep a copy of elsewhere (exposed: said in the result).
-_LAYOUTS = {"go": ("bin", ()), "node": ("", ("node_modules/.bin",)), "php": ("", ("vendor/bin",)),
-            "python": ("", (".direnv",)), "python3": ("", (".direnv",)), "python2": ("", (".direnv",)),
-            "pipenv": ("", (".venv", ".direnv")), "poetry": ("", (".venv", ".direnv")), "uv": ("", (".venv",)),
-            "pyenv": ("", (".direnv",)), "anaconda": ("", (".direnv",)), "ruby": ("", (".direnv",)),
-            "perl": ("", (".direnv",)), "julia": ("", (".direnv",))}
-# Variables whose value is a search path or a file the host's programs load: a project
-# directory in one is code the host runs.
-_SEARCH_VAR = re.compile(r"^(PATH|MANPATH|LD_PRELOAD|LD_LIBRARY_PATH|BASH_ENV|ENV|PYTHONSTARTUP|PYTHONPATH|"
-                         r"PYTHONHOME|NODE_PATH|NODE_OPTIONS|RUBYLIB|RUBYOPT|PERL5LIB|PERL5OPT|GEM_HOME|GEM_PATH|"
-                         r"GOPATH|GOBIN|CARGO_HOME|RUSTUP_HOME|JAVA_HOME|JAVA_TOOL_OPTIONS|MAVEN_OPTS|GRADLE_OPTS|"
-                         r"[A-Z_]*PATH|[A-Z_]*_HOME)$")
-_PWD = re.compile(r"\$\{PWD\}|\$PWD\b|\$\(pwd\)|`pwd`|\$\{DIRENV_DIR#-\}")
+def package_targets(root: Path) -> list[str]:
+    """Code of the package managers' own that the project's settings name: Yarn's
+    `yarnPath` release and `plugins:` (.yarnrc.yml), Yarn 1's `yarn-path` (.yarnrc),
+    pnpm's `pnpmfile` (.npmrc): the host's next `yarn` or `pnpm` runs it."""
+    out: list[str] = []
 
-
-def _envrc_words(text: str) -> list[list[str]]:
-    """The simple commands of TEXT, split as the shell would (quotes, `;`, `&&`,
-    `if ...; then`), with the project's own directory ($PWD and its spellings) as `.`."""
-    import shlex
-
-    commands: list[list[str]] = []
-    for line in _PWD.sub(".", text).splitlines():
-        lex = shlex.shlex(line, posix=True, punctuation_chars=";&|()")
-        lex.whitespace_split = True
-        lex.commenters = "#"
-        cmd: list[str] = []
+    def read(name: str) -> str:
         try:
-            for tok in lex:
-                if tok and set(tok) <= set(";&|()"):
-                    commands.append(cmd)
-                    cmd = []
-                elif not cmd and tok in ("if", "then", "else", "elif", "do", "while", "until", "!", "export",
-                                         "local", "declare", "readonly", "exec", "command", "builtin"):
-                    continue
-                else:
-                    cmd.append(tok)
-        except ValueError:  # unbalanced quotes: the words up to there
-            pass
-        commands.append(cmd)
-    return [c for c in commands if c]
+            return (root / name).read_text(errors="replace")[:MAX_FILE]
+        except OSError:
+            return ""
+    found = re.findall(r"^\s*yarnPath\s*:\s*(\S+)", read(".yarnrc.yml"), re.M)
+    found += re.findall(r"^\s*-\s*(?:path\s*:\s*)?(\S+\.c?js)\s*$", read(".yarnrc.yml"), re.M)
+    found += re.findall(r"^\s*yarn-path\s+(\S+)", read(".yarnrc"), re.M)
+    found += re.findall(r"^\s*pnpmfile\s*=\s*(\S+)", read(".npmrc"), re.M)
+    for value in found:
+        if (t := _in_project(root, root, value.strip("\"'"))) is not None and t not in out:
+            out.append(t)
+    return out
 
 
-def envrc_targets(root: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """What the project's `.envrc` runs from inside the project when direnv loads it on
-    the host: (paths to protect, what it exposes). Protected: files it sources or loads
-    (`source_env`, `source`, `.`, `dotenv` and its `.env`, a nix flake or shell), files it
-    runs (`./x`), the directories it puts on a search path (`PATH_add bin`,
-    `export PATH=$PWD/bin:$PATH`, `path_add PYTHONPATH lib`, `load_prefix`, `layout go`:
-    a `bin/git` there answers the host's next `git status`). Exposed, too large to keep
-    a copy of: the directories `layout node|php|python|...` puts first on PATH
-    (node_modules/.bin, vendor/bin, .direnv, .venv)."""
-    try:
-        text = (root / ".envrc").read_text(errors="replace")[:MAX_FILE]
-    except OSError:
-        return [], []
-    protect: list[str] = []
-    exposed: list[dict[str, str]] = []
+# git configuration that runs a command on the host (githooks aside): filters, diff and
+# merge drivers, the fsmonitor hook, editors, pagers, ssh, credential helpers, aliases.
+_GIT_COMMAND = re.compile(r"^(filter\.[^.]+\.(clean|smudge|process)|diff\.[^.]+\.(textconv|command)|"
+                          r"merge\.[^.]+\.driver|core\.(fsmonitor|sshcommand|editor|pager|askpass)|"
+                          r"sequence\.editor|gpg(\.[^.]+)?\.program|credential(\..*)?\.helper|alias\..*|"
+                          r"uploadpack\.packobjectshook|pager\..*)$", re.I)
 
-    def add(value: str, sub: str = "") -> None:
-        value = value.strip()
-        if not value or "$" in value or "`" in value:
-            return
-        if (t := _in_project(root, root, value)) is not None:
-            t = f"{t}/{sub}" if sub else t
-            if t not in protect:
-                protect.append(t)
-        elif _in_project(root, root, value + "/x") is not None:  # the project's top itself
-            if sub and sub not in protect:
-                protect.append(sub)
-            elif not sub and not any(e["path"] == "." for e in exposed):
-                exposed.append({"path": ".", "why": "the .envrc puts the project's top directory on a search path of "
-                                                    "the host's (a `git` there answers the next `git status`)"})
 
-    for cmd in _envrc_words(text):
-        verb, args = cmd[0], cmd[1:]
-        if "=" in verb and _SEARCH_VAR.match(verb.split("=", 1)[0]):  # PATH=./bin:$PATH
-            for part in re.split(r"[:\s]", verb.split("=", 1)[1]):
-                if not part.startswith("-"):  # an option, not a path (`-javaagent:x.jar` is split at its colon)
-                    add(part)
+def config_commands(text: str) -> list[str]:
+    """KEY=VALUE of the commands a git config TEXT has git run (not `core.fsmonitor =
+    true`, not an alias that is a git command)."""
+    out, section = [], ""
+    for line in text.splitlines():
+        if (m := _SECTION.match(line)) is not None:
+            sub = re.match(r'\s*([^\s"]+)\s*(?:"(.*)")?', m.group(1))
+            section = (sub.group(1) + (f".{sub.group(2)}" if sub and sub.group(2) else "")) if sub else ""
             continue
-        if verb in _ENVRC_FILE:
-            add(args[0] if args else _ENVRC_DEFAULTS.get(verb, ""))
-        elif verb in _ENVRC_DIRS:
-            for a in args[_ENVRC_DIRS[verb] - 1:]:
-                if verb == "load_prefix":
-                    for sub in ("bin", "sbin", "lib", "lib64"):
-                        add(a, sub)
-                else:
-                    add(a)
-        elif verb == "use" and args[:1] == ["flake"]:
-            protect += [p for p in ("flake.nix", "flake.lock") if p not in protect]
-        elif verb == "use" and args[:1] == ["nix"]:
-            protect += [p for p in ("shell.nix", "default.nix") if p not in protect]
-        elif verb == "layout" and args:
-            keep, too_large = _LAYOUTS.get(args[0], ("", (".direnv",)))
-            if keep:
-                add(keep)
-            exposed += [{"path": d, "why": f"direnv's `layout {args[0]}` puts it first on the host's PATH"}
-                        for d in too_large if d not in {e["path"] for e in exposed}]
-        elif verb.startswith("./") or verb.startswith("../"):
-            add(verb)  # run directly
-    return protect, exposed
+        k, eq, v = line.strip().partition("=")
+        key = f"{section}.{k.strip()}"
+        value = v.strip()
+        if not eq or not _GIT_COMMAND.match(key) or value.lower() in ("true", "false", "", "cat"):
+            continue
+        if key.lower().startswith(("alias.", "pager.")) and not value.startswith("!"):
+            continue
+        out.append(f"{key}={value[:120]}")
+    return out
+
+
+def present_exposed(root: Path) -> list[dict[str, str]]:
+    """Interpreters and libraries in the project that editors and tools on the host run
+    when the project is opened (VS Code's Python, PyCharm, ESLint, Prettier): far too
+    large to keep a copy of."""
+    why = {".venv": "an editor opened on the project runs its Python (VS Code, PyCharm)",
+           "venv": "an editor opened on the project runs its Python (VS Code, PyCharm)",
+           "node_modules": "editors' extensions and the host's npm, npx and yarn run code from it (ESLint, "
+                           "Prettier, lint-staged)"}
+    return [{"path": d, "why": w} for d, w in why.items() if os.path.isdir(root / d) and not os.path.islink(root / d)]
 
 
 def installed_hooks(root: Path, gitdir: Path, config: str) -> list[dict[str, str]]:
@@ -315,7 +284,12 @@ def config_targets(root: Path) -> tuple[list[str], list[str], list[dict[str, str
     for mark, paths in HOOK_MANAGERS:
         if any(mark in head for head in heads):
             extra.extend(p for p in paths if p not in extra)
-    return extra, gitdirs, installed_hooks(root, gitdir, text)
+    said = installed_hooks(root, gitdir, text)
+    if commands := config_commands(text):
+        rel = os.path.relpath(gitdir / "config", root)
+        said.append({"path": rel, "why": "git runs these commands from the repository's configuration on the "
+                                         "host, and what they load from the project runs too: " + "; ".join(commands)})
+    return extra, gitdirs, said
 
 
 def find_git_entries(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list[str], bool]:
