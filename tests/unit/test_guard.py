@@ -782,7 +782,6 @@ def test_commands_the_repositorys_own_config_runs_are_said(repo):
     ('export PATH="$PWD/bin1${PATH:+:$PATH}"\n', "bin1/git"),
     ("PATH_add \\\n  bin2\n", "bin2/git"),
     ("source_env_if_exists .envrc.local\n", "bin6/git"),  # .envrc.local: PATH_add bin6
-    ("source .venv/bin/activate\n", ".venv/bin/git"),
     ("export NODE_OPTIONS=--require=./hook4.js\n", "hook4.js"),
     ("export GIT_CONFIG_GLOBAL=$PWD/.gitconfig-dev\n", ".gitconfig-dev"),
     ("export KUBECONFIG=$PWD/kubeconfig\n", "kubeconfig"),
@@ -875,3 +874,138 @@ def test_an_interpreter_or_libraries_editors_run_are_said(repo, made):
     (repo / made).write_text("x\n")
     rec = g.check()
     assert made.split("/")[0] in {e["path"] for e in rec["exposed"]}, rec["exposed"]
+
+
+# The eleventh review (helper-16, reading the code against direnv, git, CPython, Yarn, pnpm).
+@pytest.mark.parametrize("name", ["argparse.pyc", "argparse.so", "argparse.abi3.so",
+                                  "argparse.cpython-311-x86_64-linux-gnu.so", "__future__.py", "pygments.py",
+                                  "packaging/__init__.py", "tomli.py", "nbstripout.py", "logging/__init__.py",
+                                  "json/__init__.pyc"])
+def test_a_new_module_in_any_form_that_shadows_a_tool_is_removed(repo, name):
+    (repo / "logging").mkdir()  # data directories of those names: no modules
+    (repo / "logging/app.log").write_text("x\n")
+    (repo / "json").mkdir()
+    (repo / "json/fixture.json").write_text("{}\n")
+    g = guarded(repo)
+    (repo / name).parent.mkdir(parents=True, exist_ok=True)
+    (repo / name).write_bytes(b"x")
+    rec = g.check()
+    assert name in {r["path"] for r in rec["refused"]}, rec["refused"]
+    assert not (repo / name).exists() and (repo / "logging/app.log").exists()
+
+
+def test_a_symlinked_envrc_is_read_where_it_points(repo):
+    (repo / ".envrc.example").write_text("PATH_add bin\n")
+    (repo / ".envrc").symlink_to(".envrc.example")
+    g = guarded(repo)
+    (repo / "bin").mkdir()
+    (repo / "bin/git").write_text("#!/bin/sh\n")
+    rec = g.check()
+    assert {"bin", "bin/git"} & {r["path"] for r in rec["refused"]}, rec["refused"]
+    assert ".envrc" in {e["path"] for e in rec["exposed"]}
+
+
+@pytest.mark.parametrize("envrc,files,written", [
+    ("source scripts/env.sh\n", {"scripts/env.sh": "PATH_add bin\n"}, "bin/git"),  # $PWD, not the file's dir
+    ('PATH_add "$(git rev-parse --show-toplevel)/scripts"\n', {}, "scripts/git"),
+    ('export PATH="$(expand_path tools):$PATH"\n', {}, "tools/git"),
+    ('PATH+=":$PWD/tools"\n', {}, "tools/git"),
+    ("export PATH=\\\n\"$PWD/tools:$PATH\"\n", {}, "tools/git"),
+    ("use nix ./nix/dev.nix\n", {}, "nix/dev.nix"),
+    ("use flake ./nix#dev\n", {}, "nix/flake.nix"),
+    ("use guix\n", {}, "manifest.scm"),
+    ("use vim\n", {}, ".vimrc.local"),
+])
+def test_more_envrc_spellings_keep_what_they_run(repo, envrc, files, written):
+    (repo / ".envrc").write_text(envrc)
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    g = guarded(repo)
+    (repo / written).parent.mkdir(parents=True, exist_ok=True)
+    (repo / written).write_text("#!/bin/sh\n")
+    rec = g.check()
+    assert {written, str(Path(written).parent)} & {r["path"] for r in rec["refused"]}, (envrc, rec["refused"])
+
+
+@pytest.mark.parametrize("envrc,worked", [
+    ("source_env ./backend\n", "backend/app.py"),
+    ("watch_file pyproject.toml\n", "pyproject.toml"),
+    ("source .venv/bin/activate\n", ".venv/bin/black"),
+    ("export PATH=node_modules/.bin:$PATH\n", "node_modules/.bin/eslint"),
+    ("env_vars_required FOO\n", "FOO"),
+])
+def test_what_an_envrc_only_names_or_an_environment_holds_is_the_workloads_to_change(repo, envrc, worked):
+    """Over-protection the review found: the agent's work reverted."""
+    (repo / ".envrc").write_text(envrc)
+    (repo / "backend").mkdir()
+    (repo / "backend/.envrc").write_text("export X=1\n")
+    g = guarded(repo)
+    (repo / worked).parent.mkdir(parents=True, exist_ok=True)
+    (repo / worked).write_text("work\n")
+    rec = g.check()
+    assert (repo / worked).exists() and worked not in {r["path"] for r in rec["refused"]}, rec["refused"]
+
+
+@pytest.mark.parametrize("config,key", [
+    ('[alias]\n\tup = "!f() { ./scripts/up; }; f"\n', "alias.up"),
+    ('[filter "x"] clean = python3 -m x\n', "filter.x.clean"),
+    ("[diff]\n\texternal = ./tools/difft\n", "diff.external"),
+    ("[pager]\n\tlog = ./tools/pager\n", "pager.log"),
+    ('[submodule "s"]\n\tupdate = !./tools/up\n', "submodule.s.update"),
+    ('[trailer "t"]\n\tcmd = ./tools/t\n', "trailer.t.cmd"),
+])
+def test_more_commands_the_repositorys_config_runs_are_said(repo, config, key):
+    with open(repo / ".git/config", "a") as f:
+        f.write(config)
+    rec = guarded(repo).check()
+    assert key in " ".join(e["why"] for e in rec["exposed"]), rec["exposed"]
+
+
+def test_commands_in_an_included_config_are_said(repo):
+    (repo / ".gitconfig").write_text('[filter "nb"]\n\tclean = python3 -m nbstripout\n')
+    _host_git(repo, "config", "include.path", "../.gitconfig")
+    rec = guarded(repo).check()
+    assert "filter.nb.clean" in " ".join(e["why"] for e in rec["exposed"]), rec["exposed"]
+
+
+@pytest.mark.parametrize("setup,target", [
+    ({".yarnrc.yml": "plugins:\n  - checksum: abc\n    path: .yarn/plugins/x.cjs\n    spec: x\n"},
+     ".yarn/plugins/x.cjs"),
+    ({"pnpm-workspace.yaml": "packages: [a]\npnpmfile: tools/h.cjs\n"}, "tools/h.cjs"),
+    ({"mise.toml": '[env]\n_.source = "scripts/env.sh"\n'}, "scripts/env.sh"),
+])
+def test_more_code_the_package_managers_settings_name_is_kept(repo, setup, target):
+    for name, text in setup.items():
+        (repo / name).write_text(text)
+    (repo / target).parent.mkdir(parents=True, exist_ok=True)
+    (repo / target).write_text("ok\n")
+    g = guarded(repo)
+    (repo / target).write_text("pwned\n")
+    rec = g.check()
+    assert target in {r["path"] for r in rec["refused"]}, rec["refused"]
+
+
+def test_a_linked_worktrees_hooks_and_config_commands_are_said(repo, tmp_path_factory):
+    """The usual way to run agents side by side: .git is a file naming the main
+    repository's worktrees/NAME, whose hooks and config live outside the project."""
+    _host_git(repo, "commit", "-q", "--allow-empty", "-m", "one")
+    (repo / ".git/hooks/pre-commit").write_text("#!/bin/sh\nlefthook run pre-commit\n")
+    os.chmod(repo / ".git/hooks/pre-commit", 0o755)
+    _host_git(repo, "config", "filter.nb.clean", "python3 -m nbstripout")
+    wt = tmp_path_factory.mktemp("wt") / "agent"
+    _host_git(repo, "worktree", "add", "-q", str(wt))
+    rec = guarded(wt).check()
+    said = " ".join(f"{e['path']} {e['why']}" for e in rec["exposed"])
+    assert "pre-commit" in said and "filter.nb.clean" in said, rec["exposed"]
+    assert "lefthook.yml" in rec["protected"]
+
+
+@pytest.mark.parametrize("made", [".pnp.cjs", ".yarn/sdks/eslint/lib/api.js", ".conda/bin/python", "env/bin/python"])
+def test_more_environments_editors_run_are_said(repo, made):
+    g = guarded(repo)
+    (repo / made).parent.mkdir(parents=True, exist_ok=True)
+    (repo / made).write_text("x\n")
+    rec = g.check()
+    assert {made, made.split("/")[0], "/".join(made.split("/")[:2])} & {e["path"] for e in rec["exposed"]}, \
+        rec["exposed"]

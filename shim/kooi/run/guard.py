@@ -51,11 +51,11 @@ from .protected import (
     PROTECTED,
     PROTECTED_GLOBS,
     WATCHED,
-    absent_shadows,
     config_targets,
     is_git_data,
     package_targets,
     present_exposed,
+    py_modules,
     walk_project,
 )
 from .shadows import Shadows, Throwaway
@@ -73,6 +73,7 @@ class Guard(Shadows, ForgeryChecks):
     git_dirs: tuple[str, ...] = (".git",)
     nested: tuple[str, ...] = ()  # the `.git` entries below the top before the run
     deep: tuple[str, ...] = ()  # the DEEP names below the top before the run
+    py_own: tuple[str, ...] = ()  # the project's own modules named like a tool's (protected.py_modules)
     watched_deep: tuple[str, ...] = ()  # the WATCHED_DEEP names below the top, before and after the run
     # What runs on the host from the project that kooi cannot keep a copy of (installed
     # git hooks, direnv layouts' directories): said in the record, never put back.
@@ -141,7 +142,8 @@ class Guard(Shadows, ForgeryChecks):
         dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind, watched=watched)
         self.watched_deep = tuple(watched)
         envrc, said = envrc_targets(self.root, (".envrc", *(d for d in deep if d.endswith("/.envrc"))))
-        extra += [t for t in envrc + package_targets(self.root) + absent_shadows(self.root) if t not in extra]
+        extra += [t for t in envrc + package_targets(self.root) if t not in extra]
+        self.py_own = tuple(sorted(py_modules(self.root)))
         self.exposed = hooks + said
         self.bare = tuple(bare)
         if blind:
@@ -240,6 +242,27 @@ class Guard(Shadows, ForgeryChecks):
         self.shadow = None
         return refused, failed, "; ".join(warnings)
 
+
+    def _shadows_created(self) -> tuple[list[dict[str, str]], list[str]]:
+        """Modules the workload made at the project's top that shadow what the host's
+        `python3 -m TOOL` imports (protected.py_modules): removed, listed."""
+        refused, failed = [], []
+        for name, rels in py_modules(self.root).items():
+            if name in self.py_own:
+                continue
+            for rel in rels:
+                refused.append({"path": rel, "change": f"created (shadows the Python module {name} of the host's "
+                                                      "`python3 -m` there)", "how": "put back"})
+                parent, _, base = rel.rpartition("/")
+                try:
+                    fd = open_dir(self.root, parent)
+                    try:
+                        remove_at(fd, base)
+                    finally:
+                        os.close(fd)
+                except OSError as exc:
+                    failed.append(f"{rel}: {exc.strerror or exc}")
+        return refused, failed
 
     def _nested_created(self) -> tuple[list[dict[str, str]], list[str]]:
         """`.git` entries below the project's top the workload made (a nested repository,
@@ -406,6 +429,9 @@ class Guard(Shadows, ForgeryChecks):
         nested, nested_failed = self._nested_created()
         refused += nested
         failed += nested_failed
+        shadowing, shadow_failed = self._shadows_created()
+        refused += shadowing
+        failed += shadow_failed
         if not failed:
             # Put back means: a second look finds the snapshot.
             try:
@@ -445,6 +471,7 @@ class Guard(Shadows, ForgeryChecks):
                 "watched": None if self.watched is None else {k: _entry_out(e) for k, e in self.watched.items()},
                 "extra": list(self.extra), "git_dirs": list(self.git_dirs), "nested": list(self.nested),
                 "deep": list(self.deep), "bare": list(self.bare), "watched_deep": list(self.watched_deep),
+                "py_own": list(self.py_own),
                 "exposed": self.exposed,
                 "nested_ino": [[d, i, r] for (d, i), r in self.nested_ino.items()],
                 "shadow": None if self.shadow is None else str(self.shadow),
@@ -468,6 +495,7 @@ class Guard(Shadows, ForgeryChecks):
             g.git_dirs = tuple(map(str, doc["git_dirs"]))
             g.nested, g.deep, g.bare = (tuple(map(str, doc[k])) for k in ("nested", "deep", "bare"))
             g.watched_deep = tuple(map(str, doc.get("watched_deep", ())))  # a record of an older kooi has none
+            g.py_own = tuple(map(str, doc.get("py_own", ())))
             g.exposed = [{"path": str(e["path"]), "why": str(e["why"])} for e in doc.get("exposed", ())]
             g.nested_ino = {(int(d), int(i)): str(r) for d, i, r in doc["nested_ino"]}
             g.shadow = None if doc["shadow"] is None else Path(doc["shadow"])

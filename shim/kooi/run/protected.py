@@ -21,29 +21,50 @@ AGENTS = (".gemini", ".cursor", ".codex", ".amazonq", ".roo", ".kiro", ".windsur
 # NAME` (or a script there: `setup.py` imports setuptools) in it: the current directory
 # comes first on sys.path, so a NAME.py or NAME/ package there is what runs, for the
 # tool itself and for every module it imports (argparse for venv, pluggy for pytest).
-# Kept absent when the project has none (absent_shadows): a project's own module of
-# such a name is its own.
-PY_TOOLS = ("unittest", "pip", "pytest", "_pytest", "pluggy", "iniconfig", "venv", "ensurepip", "setuptools",
-            "pkg_resources", "distutils", "wheel", "twine", "coverage", "mypy", "black", "flake8", "pylint", "isort",
-            "tox", "nox", "pipx", "poetry", "pre_commit", "sitecustomize", "usercustomize")
-# Not kept: the standard library's names a project commonly has at its top.
-_PY_OWN = frozenset({"test", "this", "antigravity", "__future__", "__main__", "site"})
+# One the workload makes where the project had none is removed (run.guard); a project's
+# own module of such a name is its own.
+PY_TOOLS = ("unittest", "pip", "pytest", "_pytest", "pluggy", "iniconfig", "pygments", "packaging", "exceptiongroup",
+            "tomli", "venv", "ensurepip", "setuptools", "pkg_resources", "distutils", "wheel", "twine", "coverage",
+            "mypy", "black", "flake8", "pylint", "isort", "tox", "nox", "pipx", "poetry", "pre_commit", "nbstripout",
+            "nbformat", "sitecustomize", "usercustomize")
+# Not kept: the standard library's names a project commonly has as its own module.
+_PY_OWN = frozenset({"test", "this", "antigravity", "__main__", "site"})
+# What Python imports as a module NAME from a directory on sys.path: NAME.py, NAME.pyc,
+# an extension (NAME.so, NAME.abi3.so, NAME.cpython-3XX-ARCH.so), or a package NAME/
+# with an __init__ of those kinds.
+_IMPORTABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z0-9_-]+)*\.(?:py|pyc|pyw|so)$")
 
 
-def _py_shadow_names() -> tuple[str, ...]:
+def _py_shadow_names() -> frozenset[str]:
     import sys
 
-    return tuple(sorted((set(sys.stdlib_module_names) - _PY_OWN) | set(PY_TOOLS)))
+    return frozenset((set(sys.stdlib_module_names) - _PY_OWN) | set(PY_TOOLS))
 
 
-def absent_shadows(root: Path) -> list[str]:
-    """The module files (NAME.py, NAME/__init__.py, NAME/__main__.py) of PY_TOOLS and the
-    standard library that ROOT does not have: one the workload makes is removed."""
-    out = []
-    for n in _py_shadow_names():
-        if os.path.lexists(root / f"{n}.py") or os.path.lexists(root / n):
+def py_modules(root: Path) -> dict[str, list[str]]:
+    """The modules at ROOT's top named like a PY_TOOLS or standard-library module, each
+    with the files that make it one (never through a symlink)."""
+    names = _py_shadow_names()
+    out: dict[str, list[str]] = {}
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return out
+    for e in entries:
+        try:
+            is_dir = e.is_dir(follow_symlinks=False)
+        except OSError:
             continue
-        out += [f"{n}.py", f"{n}/__init__.py", f"{n}/__main__.py"]
+        if is_dir and e.name in names:
+            try:
+                inner = [n for n in os.listdir(root / e.name) if n.split(".", 1)[0] in ("__init__", "__main__")
+                         and _IMPORTABLE.match(n)]
+            except OSError:
+                continue
+            if inner:
+                out.setdefault(e.name, []).extend(f"{e.name}/{n}" for n in sorted(inner))
+        elif not is_dir and (m := _IMPORTABLE.match(e.name)) and m.group(1) in names:
+            out.setdefault(m.group(1), []).append(e.name)
     return out
 
 
@@ -103,7 +124,7 @@ WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "a
            "AGENTS.md", "GNUmakefile", "makefile", "go.mod", "go.work", "buildSrc", "gradle.properties",
            "docker-compose.yaml", "compose.yml", "docker-compose.override.yml", "docker-compose.override.yaml",
            "compose.override.yml", "compose.override.yaml", "Cargo.toml", "build.rs", "justfile", "Taskfile.yml",
-           "Gemfile", "Rakefile")
+           "Gemfile", "Rakefile", "pnpm-workspace.yaml")
 # Build entry points watched in every directory below the top too (outside
 # node_modules): a module's own `.mvn/jvm.config` or Makefile runs when someone builds
 # in that directory.
@@ -158,10 +179,20 @@ def package_targets(root: Path) -> list[str]:
             return (root / name).read_text(errors="replace")[:MAX_FILE]
         except OSError:
             return ""
-    found = re.findall(r"^\s*yarnPath\s*:\s*(\S+)", read(".yarnrc.yml"), re.M)
-    found += re.findall(r"^\s*-\s*(?:path\s*:\s*)?(\S+\.c?js)\s*$", read(".yarnrc.yml"), re.M)
+    yarnrc = read(".yarnrc.yml")
+    found = re.findall(r"^\s*yarnPath\s*:\s*(\S+)", yarnrc, re.M)
+    plugins = re.split(r"^plugins\s*:", yarnrc, maxsplit=1, flags=re.M)[1:]  # the block under `plugins:`
+    if plugins:
+        block = re.split(r"^\S", plugins[0], maxsplit=1, flags=re.M)[0]
+        found += re.findall(r"^\s*(?:-\s*)?path\s*:\s*(\S+)", block, re.M)
+        found += re.findall(r"^\s*-\s*([^\s:]+\.c?js)\s*$", block, re.M)
     found += re.findall(r"^\s*yarn-path\s+(\S+)", read(".yarnrc"), re.M)
     found += re.findall(r"^\s*pnpmfile\s*=\s*(\S+)", read(".npmrc"), re.M)
+    found += re.findall(r"^\s*pnpmfile\s*:\s*(\S+)", read("pnpm-workspace.yaml"), re.M)
+    # mise's env directives: files it sources or reads, directories it puts on PATH
+    for name in ("mise.toml", ".mise.toml", ".config/mise.toml", "mise.local.toml", ".mise.local.toml"):
+        for m in re.finditer(r"^\s*_\.(?:source|path|file)\s*=\s*(\[[^\]]*\]|\S+)", read(name), re.M):
+            found += re.findall(r"[\"']([^\"']+)[\"']", m.group(1)) or [m.group(1)]
     for value in found:
         if (t := _in_project(root, root, value.strip("\"'"))) is not None and t not in out:
             out.append(t)
@@ -169,30 +200,38 @@ def package_targets(root: Path) -> list[str]:
 
 
 # git configuration that runs a command on the host (githooks aside): filters, diff and
-# merge drivers, the fsmonitor hook, editors, pagers, ssh, credential helpers, aliases.
-_GIT_COMMAND = re.compile(r"^(filter\.[^.]+\.(clean|smudge|process)|diff\.[^.]+\.(textconv|command)|"
-                          r"merge\.[^.]+\.driver|core\.(fsmonitor|sshcommand|editor|pager|askpass)|"
-                          r"sequence\.editor|gpg(\.[^.]+)?\.program|credential(\..*)?\.helper|alias\..*|"
-                          r"uploadpack\.packobjectshook|pager\..*)$", re.I)
+# merge drivers, the fsmonitor hook, editors, pagers, ssh, credential helpers, aliases
+# and submodule updates that start with `!`, trailers' commands, transports' programs.
+_GIT_COMMAND = re.compile(r"^(filter\.[^.]+\.(clean|smudge|process)|diff\.[^.]+\.(textconv|command)|diff\.external|"
+                          r"merge\.[^.]+\.driver|core\.(fsmonitor|sshcommand|editor|pager|askpass|gitproxy)|"
+                          r"sequence\.editor|interactive\.difffilter|gpg(\.[^.]+)?\.program|"
+                          r"gpg\.ssh\.defaultkeycommand|credential(\..*)?\.helper|alias\..*|pager\..*|"
+                          r"submodule\..*\.update|trailer\..*\.cmd|remote\..*\.(uploadpack|receivepack)|"
+                          r"uploadpack\.packobjectshook)$", re.I)
+_BANG_ONLY = ("alias.", "submodule.")  # these run a command only with a leading `!`
+_HEADER = re.compile(r'^\s*\[\s*([^\]\s"]+)\s*(?:"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
 
 
 def config_commands(text: str) -> list[str]:
     """KEY=VALUE of the commands a git config TEXT has git run (not `core.fsmonitor =
-    true`, not an alias that is a git command)."""
+    true`, not an alias that is a git command), read as git reads them: `[s "sub"]`
+    and `[s.sub]` headers, a key on a header's line, quoted values, continuations."""
     out, section = [], ""
-    for line in text.splitlines():
-        if (m := _SECTION.match(line)) is not None:
-            sub = re.match(r'\s*([^\s"]+)\s*(?:"(.*)")?', m.group(1))
-            section = (sub.group(1) + (f".{sub.group(2)}" if sub and sub.group(2) else "")) if sub else ""
-            continue
+    for line in text.replace("\\\n", "").splitlines():
+        if (h := _HEADER.match(line)) is not None:
+            section = h.group(1) + (f".{h.group(2)}" if h.group(2) is not None else "")
+            line = h.group(3)
         k, eq, v = line.strip().partition("=")
+        if not eq or not section:
+            continue
         key = f"{section}.{k.strip()}"
-        value = v.strip()
-        if not eq or not _GIT_COMMAND.match(key) or value.lower() in ("true", "false", "", "cat"):
+        value = v.split(" #", 1)[0].split(" ;", 1)[0].strip()
+        bare = value.strip('"').strip()
+        if not _GIT_COMMAND.match(key) or bare.lower() in ("true", "false", "yes", "no", "on", "off", "", "cat"):
             continue
-        if key.lower().startswith(("alias.", "pager.")) and not value.startswith("!"):
+        if key.lower().startswith(_BANG_ONLY) and not bare.startswith("!"):
             continue
-        out.append(f"{key}={value[:120]}")
+        out.append(f"{key}={bare[:120]}")
     return out
 
 
@@ -200,11 +239,19 @@ def present_exposed(root: Path) -> list[dict[str, str]]:
     """Interpreters and libraries in the project that editors and tools on the host run
     when the project is opened (VS Code's Python, PyCharm, ESLint, Prettier): far too
     large to keep a copy of."""
-    why = {".venv": "an editor opened on the project runs its Python (VS Code, PyCharm)",
-           "venv": "an editor opened on the project runs its Python (VS Code, PyCharm)",
-           "node_modules": "editors' extensions and the host's npm, npx and yarn run code from it (ESLint, "
-                           "Prettier, lint-staged)"}
-    return [{"path": d, "why": w} for d, w in why.items() if os.path.isdir(root / d) and not os.path.islink(root / d)]
+    python = "an editor opened on the project runs its Python (VS Code, PyCharm)"
+    node = "editors' extensions and the host's npm, npx and yarn run code from it (ESLint, Prettier, lint-staged)"
+    why = {".venv": python, "venv": python, "env": python, ".conda": python, "node_modules": node,
+           ".pnp.cjs": "Yarn's Plug'n'Play loader: the host's yarn and editors load the project's packages "
+                       "through it", ".pnp.loader.mjs": "Yarn's Plug'n'Play loader (ES modules)",
+           ".yarn/sdks": "editors run TypeScript, ESLint and Prettier from it (Yarn's editor SDKs)",
+           ".yarn/unplugged": "packages Yarn runs from the project", "_opam": "opam's switch: its bin/ on PATH"}
+    out = []
+    for d, w in why.items():
+        p = root / d
+        if os.path.lexists(p) and not os.path.islink(p) and (os.path.isdir(p) or d.endswith(("js", "mjs"))):
+            out.append({"path": d, "why": w})
+    return out
 
 
 def installed_hooks(root: Path, gitdir: Path, config: str) -> list[dict[str, str]]:
@@ -250,7 +297,7 @@ def config_targets(root: Path) -> tuple[list[str], list[str], list[dict[str, str
     extra: list[str] = []
     gitdirs: list[str] = []
     git = root / ".git"
-    gitdir = git
+    gitdir = git  # where the config and hooks are
     try:
         st = os.lstat(git)
         if stat.S_ISREG(st.st_mode):
@@ -259,23 +306,32 @@ def config_targets(root: Path) -> tuple[list[str], list[str], list[dict[str, str
             if target:
                 gitdirs.append(target)
                 gitdir = root / target
+            elif m:
+                # A linked worktree or a submodule's checkout: its git directory, and the
+                # common one it names (hooks, config), are outside the project. kooi keeps
+                # nothing there, but what they run from the project is read and said.
+                gitdir = Path(os.path.normpath(root / m.group(1).strip()))
+                common = _read(gitdir / "commondir").strip()
+                if common:
+                    gitdir = Path(os.path.normpath(gitdir / common))
     except OSError:
         return extra, gitdirs, []
-    try:
-        text = (gitdir / "config").read_text(errors="replace")
-    except OSError:
-        text = ""
+    text = _read(gitdir / "config")
     for m in _HOOKS_PATH.finditer(text):
         if (t := _in_project(root, root, m.group(1))) is not None:
             extra.append(Path(t).parts[0] if not t.startswith(".git/") else t)
     section = ""
+    included = ""
     for line in text.splitlines():
         if (s := _SECTION.match(line)) is not None:
             section = s.group(1).strip().lower()
             continue
         if section.startswith("include") and (k := _PATH_KEY.match(line)) is not None:
-            if (t := _in_project(root, gitdir, k.group(1))) is not None:
+            value = k.group(1).strip().strip('"')
+            if (t := _in_project(root, gitdir, value)) is not None:
                 extra.append(t)
+            if not value.startswith("~"):
+                included += "\n" + _read(gitdir / value)
     try:
         hooks = [gitdir / "hooks" / n for n in os.listdir(gitdir / "hooks") if not n.endswith(".sample")]
         heads = [h.read_bytes()[:8192] for h in hooks if h.is_file() and not h.is_symlink()]
@@ -285,11 +341,19 @@ def config_targets(root: Path) -> tuple[list[str], list[str], list[dict[str, str
         if any(mark in head for head in heads):
             extra.extend(p for p in paths if p not in extra)
     said = installed_hooks(root, gitdir, text)
-    if commands := config_commands(text):
+    if commands := config_commands(text) + config_commands(included):
         rel = os.path.relpath(gitdir / "config", root)
         said.append({"path": rel, "why": "git runs these commands from the repository's configuration on the "
                                          "host, and what they load from the project runs too: " + "; ".join(commands)})
     return extra, gitdirs, said
+
+
+def _read(path: Path) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read(MAX_FILE)
+    except OSError:
+        return ""
 
 
 def find_git_entries(root: Path, limit: int = MAX_WALK) -> tuple[list[str], list[str], bool]:
