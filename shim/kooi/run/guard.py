@@ -253,16 +253,22 @@ class Guard(Shadows, ForgeryChecks):
             for rel in rels:
                 refused.append({"path": rel, "change": f"created (shadows the Python module {name} of the host's "
                                                       "`python3 -m` there)", "how": "put back"})
-                parent, _, base = rel.rpartition("/")
-                try:
-                    fd = open_dir(self.root, parent)
-                    try:
-                        remove_at(fd, base)
-                    finally:
-                        os.close(fd)
-                except OSError as exc:
-                    failed.append(f"{rel}: {exc.strerror or exc}")
+                if (why := self._remove_made(rel)) is not None:
+                    failed.append(why)
         return refused, failed
+
+    def _remove_made(self, rel: str) -> str | None:
+        """Remove REL, something the workload made, never through a symlink; None, or why not."""
+        parent, _, name = rel.rpartition("/")
+        try:
+            fd = open_dir(self.root, parent)
+            try:
+                remove_at(fd, name)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            return f"{rel}: {exc.strerror or exc}"
+        return None
 
     def _nested_created(self) -> tuple[list[dict[str, str]], list[str]]:
         """`.git` entries below the project's top the workload made (a nested repository,
@@ -284,29 +290,16 @@ class Guard(Shadows, ForgeryChecks):
             path = "HEAD" if rel == "." else f"{rel}/HEAD"
             refused.append({"path": path, "change": "created (a bare repository's layout: HEAD removed)",
                             "how": "put back"})
-            try:
-                fd = open_dir(self.root, "" if rel == "." else rel)
-                try:
-                    remove_at(fd, "HEAD")
-                finally:
-                    os.close(fd)
-            except OSError as exc:
-                failed.append(f"{path}: {exc.strerror or exc}")
+            if (why := self._remove_made(path)) is not None:
+                failed.append(why)
         for rel in deep:
             if rel in self.deep or any(rel == u or rel.startswith(u + "/") for u in self.unprotected):
                 continue
             if any(rel.startswith(g + "/") for g in self.git_dirs):
                 continue
             refused.append({"path": rel, "change": "created", "how": "put back"})
-            parent, _, name = rel.rpartition("/")
-            try:
-                fd = open_dir(self.root, parent)
-                try:
-                    remove_at(fd, name)
-                finally:
-                    os.close(fd)
-            except OSError as exc:
-                failed.append(f"{rel}: {exc.strerror or exc}")
+            if (why := self._remove_made(rel)) is not None:
+                failed.append(why)
         for rel in dirs + others:
             # Not even below an unprotected path: a workflow may change .vscode, but a
             # repository made there runs its config at the host's next `git status`
