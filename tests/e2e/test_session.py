@@ -115,6 +115,7 @@ def test_a_terminal_session_keeps_its_work_across_detach_and_every_entry_is_cage
     wait_for(t1, "after-2")
     # A dropped connection: the host terminal goes, the session's work does not.
     typed(t1, "(for i in 1 2 3 4 5 6; do sleep 1; done; echo background-done) &")
+    wait_for(t1, "done) &")  # the line reached the session (a loaded CI machine lost it once)
     tmux("kill-session", "-t", t1)
     time.sleep(1)
     t2 = terminal("t2", f"{KOOI} session attach shell --person alice")
@@ -226,6 +227,14 @@ def _idle_and_lifetime(host: dict, wfdir: Path, proj_a: Path, proj_b: Path) -> N
 # the role's drop-in, on a loopback port of the test's (the real client, real keys).
 SSH_PORT = 2299
 LISTENER_TEXT = b"HOST-LOOPBACK-SERVICE"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _ssh_key(d: Path, name: str) -> Path:
@@ -345,27 +354,31 @@ def _ssh_entry(ssh_entry: dict) -> None:
     assert (ssh_entry["projects"]["alice"] / "from-sftp.txt").read_text() == "via sftp\n"
     assert Path(f"{local}.back").read_text() == "via sftp\n"
     # No forwarding of any kind: -L to the host's loopback, -R, the agent.
-    port = ssh_entry["loopback"]
-    fwd = subprocess.Popen(["ssh", "-N", "-i", str(alice), "-p", str(SSH_PORT), "-o", "IdentitiesOnly=yes", "-o",
-                            "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                            "-L", f"127.0.0.1:{SSH_PORT + 1}:127.0.0.1:{port}", "kooi-runner@127.0.0.1"],
-                           stderr=subprocess.PIPE, text=True)
-    try:
-        import socket
+    import socket
 
+    port, local = ssh_entry["loopback"], _free_port()
+    errfile = ssh_entry["projects"]["alice"].parent / "ssh-forward.err"
+    with open(errfile, "w") as errs:
+        fwd = subprocess.Popen(["ssh", "-N", "-i", str(alice), "-p", str(SSH_PORT), "-o", "IdentitiesOnly=yes", "-o",
+                                "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                                "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local}:127.0.0.1:{port}",
+                                "kooi-runner@127.0.0.1"], stdin=subprocess.DEVNULL, stderr=errs)
+    try:
         got = b""
-        for _ in range(50):
+        for _ in range(100):
             try:
-                with socket.create_connection(("127.0.0.1", SSH_PORT + 1), timeout=5) as c:
+                with socket.create_connection(("127.0.0.1", local), timeout=5) as c:
                     c.settimeout(5)
                     got = c.recv(100)
                 break
             except (ConnectionRefusedError, TimeoutError):
                 time.sleep(0.2)
         assert LISTENER_TEXT not in got, got
+        time.sleep(1)  # sshd's answer to the channel reaches the client's log
     finally:
-        fwd.terminate()
-        err = fwd.communicate(timeout=30)[1]
+        fwd.kill()
+        fwd.wait(timeout=30)
+    err = errfile.read_text()
     assert "prohibited" in err or "refused" in err or "disabled" in err, err
     rfwd = ssh(alice, "-o", "ExitOnForwardFailure=yes", "-R", f"0:127.0.0.1:{port}", "true")
     assert rfwd.returncode == 255, rfwd.stdout + rfwd.stderr
@@ -386,18 +399,19 @@ def _ssh_entry(ssh_entry: dict) -> None:
     assert served.stdout.strip().endswith("started"), served.stdout + served.stderr
     proxy = (f"ssh -T -i {alice} -p {SSH_PORT} -o IdentitiesOnly=yes -o StrictHostKeyChecking=no "
              f"-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR kooi-runner@127.0.0.1 kooi-sshd")
+    web, back = _free_port(), _free_port()
     inner = subprocess.Popen(["ssh", "-N", "-i", str(alice), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
                               "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                              "-o", f"ProxyCommand={proxy}", "-L", f"127.0.0.1:{SSH_PORT + 2}:127.0.0.1:8765",
-                              "-L", f"127.0.0.1:{SSH_PORT + 3}:127.0.0.1:{port}", "kooi@session"],
-                             stderr=subprocess.PIPE, text=True)
+                              "-o", f"ProxyCommand={proxy}", "-L", f"127.0.0.1:{web}:127.0.0.1:8765",
+                              "-L", f"127.0.0.1:{back}:127.0.0.1:{port}", "kooi@session"],
+                             stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         import urllib.request
 
         page = b""
         for _ in range(100):
             try:
-                page = urllib.request.urlopen(f"http://127.0.0.1:{SSH_PORT + 2}/", timeout=5).read()
+                page = urllib.request.urlopen(f"http://127.0.0.1:{web}/", timeout=5).read()
                 break
             except OSError:
                 time.sleep(0.3)
@@ -406,7 +420,7 @@ def _ssh_entry(ssh_entry: dict) -> None:
         # own loopback, where nothing of the host's is.
         got = b""
         try:
-            with socket.create_connection(("127.0.0.1", SSH_PORT + 3), timeout=5) as c:
+            with socket.create_connection(("127.0.0.1", back), timeout=5) as c:
                 c.settimeout(5)
                 got = c.recv(100)
         except OSError:
@@ -420,8 +434,8 @@ def _ssh_entry(ssh_entry: dict) -> None:
                              capture_output=True, text=True, timeout=120)
         assert res.stdout.split()[:1] == ["1000"] and "Seccomp_filters:\t2" in res.stdout, res.stdout + res.stderr
     finally:
-        inner.terminate()
-        inner.communicate(timeout=30)
+        inner.kill()
+        inner.wait(timeout=30)
 
 
 def _verify_checks_the_ssh_entry_and_a_weakened_sshd_fails_it(ssh_entry: dict) -> None:
