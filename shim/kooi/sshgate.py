@@ -34,6 +34,7 @@ from .hoststate import HostStateError
 from .hoststate import ssh as ssh_state
 from .hoststate.engine import EngineConfig
 from .run.errors import EXIT_INVALID, EXIT_REFUSED, EXIT_UNAVAILABLE, neutral
+from .sessions import SessionError
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"  # the runner image's (openssh-sftp-server)
 SSHD_WORD = "kooi-sshd"
@@ -73,10 +74,11 @@ exec /usr/sbin/sshd -i -e -f "$d/sshd_config"
 """
 
 
-class GateError(Exception):
+class GateError(SessionError):
+    """A login the gate refuses (by default exit 126) or cannot carry out."""
+
     def __init__(self, message: str, code: int = EXIT_REFUSED) -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(message, code)
 
 
 @dataclass(frozen=True)

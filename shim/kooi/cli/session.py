@@ -92,9 +92,7 @@ def _gate(cfg: Any, where: str) -> int:
 
     try:
         cmd, env, said = sshgate.gate(cfg, os.environ, sys.stdin.isatty() and sys.stdout.isatty())
-    except sshgate.GateError as exc:
-        return fail(where, exc, exc.code)
-    except sessions.SessionError as exc:
+    except sessions.SessionError as exc:  # the gate's refusals (GateError) among them
         return fail(where, exc, exc.code)
     import syslog
 

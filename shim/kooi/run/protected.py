@@ -150,8 +150,6 @@ HOOK_MANAGERS: tuple[tuple[bytes, tuple[str, ...]], ...] = (
 
 
 _HOOKS_PATH = re.compile(r"^\s*hookspath\s*=\s*(.+?)\s*$", re.I | re.M)
-_SECTION = re.compile(r"^\s*\[([^\]]+)\]", re.M)
-_PATH_KEY = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.I)
 
 
 def _in_project(root: Path, base: Path, value: str) -> str | None:
@@ -212,21 +210,27 @@ _BANG_ONLY = ("alias.", "submodule.")  # these run a command only with a leading
 _HEADER = re.compile(r'^\s*\[\s*([^\]\s"]+)\s*(?:"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
 
 
-def config_commands(text: str) -> list[str]:
-    """KEY=VALUE of the commands a git config TEXT has git run (not `core.fsmonitor =
-    true`, not an alias that is a git command), read as git reads them: `[s "sub"]`
-    and `[s.sub]` headers, a key on a header's line, quoted values, continuations."""
+def config_items(text: str) -> list[tuple[str, str]]:
+    """The (SECTION[.SUB].KEY, value) entries of a git config TEXT, read as git reads
+    them: `[s "sub"]` and `[s.sub]` headers, a key on a header's line, quoted values,
+    continuations, trailing comments."""
     out, section = [], ""
     for line in text.replace("\\\n", "").splitlines():
         if (h := _HEADER.match(line)) is not None:
             section = h.group(1) + (f".{h.group(2)}" if h.group(2) is not None else "")
             line = h.group(3)
         k, eq, v = line.strip().partition("=")
-        if not eq or not section:
-            continue
-        key = f"{section}.{k.strip()}"
-        value = v.split(" #", 1)[0].split(" ;", 1)[0].strip()
-        bare = value.strip('"').strip()
+        if eq and section:
+            value = v.split(" #", 1)[0].split(" ;", 1)[0].strip()
+            out.append((f"{section}.{k.strip()}", value.strip('"').strip()))
+    return out
+
+
+def config_commands(text: str) -> list[str]:
+    """KEY=VALUE of the commands a git config TEXT has git run (not `core.fsmonitor =
+    true`, not an alias that is a git command)."""
+    out = []
+    for key, bare in config_items(text):
         if not _GIT_COMMAND.match(key) or bare.lower() in ("true", "false", "yes", "no", "on", "off", "", "cat"):
             continue
         if key.lower().startswith(_BANG_ONLY) and not bare.startswith("!"):
@@ -320,14 +324,9 @@ def config_targets(root: Path) -> tuple[list[str], list[str], list[dict[str, str
     for m in _HOOKS_PATH.finditer(text):
         if (t := _in_project(root, root, m.group(1))) is not None:
             extra.append(Path(t).parts[0] if not t.startswith(".git/") else t)
-    section = ""
     included = ""
-    for line in text.splitlines():
-        if (s := _SECTION.match(line)) is not None:
-            section = s.group(1).strip().lower()
-            continue
-        if section.startswith("include") and (k := _PATH_KEY.match(line)) is not None:
-            value = k.group(1).strip().strip('"')
+    for key, value in config_items(text):
+        if key.lower().startswith("include") and key.lower().endswith(".path"):
             if (t := _in_project(root, gitdir, value)) is not None:
                 extra.append(t)
             if not value.startswith("~"):
