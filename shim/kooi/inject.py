@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .hoststate.secrets import SecretsConfig, value_path
+from .hoststate.secrets import SecretsConfig, value_keys, value_path
 
 
 class InjectError(Exception):
@@ -53,14 +53,15 @@ class InjectError(Exception):
 
 
 def read_values(cfg: SecretsConfig) -> dict[str, bytes]:
-    """Root: every secret's value from the store, which must be root's alone."""
+    """Root: every secret's value from the store, which must be root's alone, by store
+    key (NAME, or NAME@PERSON for a secret held per person)."""
     store = Path(cfg.store)
     st = store.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) & 0o077:
         raise InjectError(f"{store}: the secrets store must be a directory owned by root, mode 0700; re-run site.yml")
     out = {}
-    for name in cfg.secrets:
-        p = value_path(cfg, name)
+    for key in [k for s in cfg.secrets.values() for k in value_keys(s)]:
+        p, name = value_path(cfg, key), key
         try:
             fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError as exc:
@@ -72,7 +73,7 @@ def read_values(cfg: SecretsConfig) -> dict[str, bytes]:
             value = f.read().rstrip(b"\r\n")
         if not value or b"\n" in value or b"\r" in value:
             raise InjectError(f"{p}: secret {name!r} is empty or spans lines; re-run site.yml")
-        out[name] = value
+        out[key] = value
     return out
 
 

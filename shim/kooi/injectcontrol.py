@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .hoststate.secrets import SecretsConfig
+from .hoststate.errors import HostStateError
+from .hoststate.secrets import SecretsConfig, value_key
 from .inject import InjectError
 
 PLACEHOLDER_PREFIX = "kooi-placeholder-"
@@ -37,6 +38,7 @@ class RunRecord:
     workflow: str
     expires: float
     tokens: dict[str, str] = field(default_factory=dict)  # secret -> placeholder
+    keys: dict[str, str] = field(default_factory=dict)  # secret -> the store key of its value (a person's)
     forwarded: int = 0
     refused: list[dict[str, Any]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -65,12 +67,15 @@ class Registry:
                 self.tokens.pop(tok, None)
         return rec
 
-    def add(self, run: str, workflow: str, names: list[str], ttl: float) -> dict[str, str]:
+    def add(self, run: str, workflow: str, names: list[str], ttl: float,
+            keys: dict[str, str] | None = None) -> dict[str, str]:
+        """Placeholders for the secrets NAMES of RUN; KEYS: which value each gets (by
+        default the secret's own)."""
         with self.lock:
             self._prune()
             if run in self.runs:
                 raise InjectError(f"run {run} is registered already")
-            rec = RunRecord(run, workflow, time.time() + ttl)
+            rec = RunRecord(run, workflow, time.time() + ttl, keys={n: (keys or {}).get(n, n) for n in names})
             for n in names:
                 tok = PLACEHOLDER_PREFIX + pysecrets.token_urlsafe(24)
                 rec.tokens[n] = tok
@@ -166,9 +171,18 @@ class ControlServer(socketserver.ThreadingUnixStreamServer):
             unknown = [n for n in wf.secrets if n not in self.cfg.secrets]
             if unknown:
                 raise InjectError(f"workflow {name} names secrets this host does not hold: {', '.join(unknown)}")
+            # A session's person (kooi session, as root or the runner): secrets held per
+            # person give that person's value, and none to a run without one.
+            person = req.get("person")
+            if person is not None and not isinstance(person, str):
+                raise InjectError("person: not a person's name")
+            try:
+                keys = {n: value_key(self.cfg.secrets[n], person) for n in wf.secrets}
+            except HostStateError as exc:
+                raise InjectError(str(exc)) from None
             injected = [n for n in wf.secrets if self.cfg.secrets[n].mode == "inject"]
-            tokens = self.registry.add(run, name, injected, ttl=wf.timeout + 600)
-            env = {self.cfg.secrets[n].env: self.values[n].decode() for n in wf.secrets
+            tokens = self.registry.add(run, name, injected, ttl=wf.timeout + 600, keys=keys)
+            env = {self.cfg.secrets[n].env: self.values[keys[n]].decode() for n in wf.secrets
                    if self.cfg.secrets[n].mode == "environment"}
             return {"ok": True, "placeholders": tokens, "environment": env}
         if op == "release":

@@ -239,7 +239,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                    if k.lower() not in DROP_REQUEST and k.lower() not in conn_tokens and k.lower() != sdef.header.lower()}
         port = sdef.upstream_port
         headers["Host"] = sdef.upstream_host if port == 443 else f"{sdef.upstream_host}:{port}"
-        value = self.server.values[name].decode()
+        value = self.server.values[rec.keys.get(name, name)].decode()
         headers[sdef.header] = f"{sdef.scheme} {value}" if sdef.scheme else value
         t0 = time.monotonic()
         up = http.client.HTTPSConnection(sdef.upstream_host, port, context=self.server.tls[name], timeout=600)

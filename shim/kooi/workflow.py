@@ -226,7 +226,7 @@ def validate(data: Any, source: str) -> list[str]:
 
 def secret_errors_of(wf: Workflow, store: SecretsConfig | None) -> list[str]:
     return secret_errors(wf.secrets, wf.mode, wf.network == "proxy" or wf.testcontainers, wf.environment,
-                         str(wf.path), store)
+                         str(wf.path), store, session=wf.session is not None)
 
 
 def check_inline(name: Any, data: Any, source: str) -> list[str]:
@@ -250,7 +250,7 @@ def inline_errors(name: Any, data: Any, source: str, store: SecretsConfig | None
         return errors
     return (secret_errors(data.get("secrets"), data.get("mode", DEFAULTS["mode"]),
                           data.get("network") == "proxy" or bool(data.get("testcontainers")),
-                          data.get("environment") or {}, source, store)
+                          data.get("environment") or {}, source, store, session="session" in data)
             + limit_errors(data.get("limits"), source, host))
 
 
@@ -323,11 +323,12 @@ def limit_errors_of(wf: Workflow, host: limits_state.LimitsConfig) -> list[str]:
 
 
 def secret_errors(names: Any, mode: str, networked: bool, environment: dict[str, Any], source: str,
-                  store: SecretsConfig | None) -> list[str]:
+                  store: SecretsConfig | None, session: bool = False) -> list[str]:
     """Errors of a workflow's SECRETS against the host's secrets description STORE
     (None: the host has none): unknown names, secrets whose variable the workflow's
     own environment also sets, inject secrets in a jail (it has no path to the
-    injector) or without a network (NETWORKED: network proxy or testcontainers)."""
+    injector) or without a network (NETWORKED: network proxy or testcontainers),
+    secrets held per person in a workflow that is not a SESSION's."""
     names = [n for n in names or [] if isinstance(n, str)]
     if not names:
         return []
@@ -344,6 +345,9 @@ def secret_errors(names: Any, mode: str, networked: bool, environment: dict[str,
         for var in (s.env, s.base_url_env):
             if var and var in (environment or {}):
                 errs.append(f"{source}: key 'environment.{var}': secret {n!r} sets it; remove it from environment")
+        if s.persons and not session:
+            errs.append(f"{source}: key 'secrets': {n!r} holds one value per person; only a session workflow "
+                        "(key 'session'), which belongs to a person, can name it")
         if mode == "jail":
             errs.append(f"{source}: key 'secrets': {n!r}: jails get no secrets (a jail runs as the runner on "
                         "the host and has no path to the injector); use mode container")

@@ -5,8 +5,10 @@ real outside address). Prints "ready" on stdout once listening.
 Usage: python3 messages_api.py --port P [--bind ADDR] [--cert CERT --key KEY]
                                --script SCRIPT.json --log LOG.jsonl
 
-SCRIPT.json is {"model_turns": [TURN, ...]}, one TURN per model turn of the CLI's main
-loop: {"tool": NAME, "input": {...}} streams one tool_use block (stop_reason tool_use),
+SCRIPT.json is {"model_turns": [TURN, ...], "by_marker": {MARKER: [TURN, ...]}}, one TURN
+per model turn of the CLI's main loop (by_marker, optional: a conversation whose first
+user message contains MARKER gets that script instead, so one server serves several
+tests): {"tool": NAME, "input": {...}} streams one tool_use block (stop_reason tool_use),
 {"text": "..."} one text block (stop_reason end_turn). "{tool_results}" in a text turn
 is replaced by a JSON list of the tool_result contents the request carries (strings,
 at most 4000 characters each), so the CLI's final `result` brings them back.
@@ -187,7 +189,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if main:
             results = tool_results(body)
             turn = len(results)
-            script = self.server.turns
+            script = self.server.turns_for(body)
             step: dict[str, Any] = script[turn] if turn < len(script) else {"text": "(messages_api: script exhausted)"}
             if "tool" not in step:
                 text = str(step.get("text", ""))
@@ -242,14 +244,20 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
 
     def __init__(self, addr: tuple[str, int], turns: list[dict[str, Any]], log_path: str,
-                 tls: ssl.SSLContext | None) -> None:
+                 tls: ssl.SSLContext | None, by_marker: dict[str, list[dict[str, Any]]] | None = None) -> None:
         if ":" in addr[0]:
             self.address_family = socket.AF_INET6
         self.turns = turns
+        self.by_marker = by_marker or {}
         self.tls = tls
         self.log_lock = threading.Lock()
         self.log_file = open(log_path, "a", encoding="utf-8")
         super().__init__(addr, Handler)
+
+    def turns_for(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        messages = body.get("messages")
+        first = json.dumps(messages[0]) if isinstance(messages, list) and messages else ""
+        return next((t for m, t in self.by_marker.items() if m in first), self.turns)
 
     def log(self, entry: dict[str, Any]) -> None:
         line = json.dumps(entry, default=str)
@@ -283,12 +291,12 @@ def main() -> None:
     if bool(args.cert) != bool(args.key):
         ap.error("--cert and --key go together")
     with open(args.script, encoding="utf-8") as fh:
-        turns = json.load(fh)["model_turns"]
+        script = json.load(fh)
     tls = None
     if args.cert:
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(args.cert, args.key)
-    server = Server((args.bind, args.port), turns, args.log, tls)
+    server = Server((args.bind, args.port), script["model_turns"], args.log, tls, script.get("by_marker"))
     print("ready", flush=True)
     server.serve_forever()
 

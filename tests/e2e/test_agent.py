@@ -1,16 +1,24 @@
-"""Claude Code as a kooi workload, offline: the runner image's pinned CLI (`claude -p`)
-in a `kooi run` container, talking to a scripted Messages API (tests/e2e/messages_api.py)
-on a test host of the tests' own (a network namespace, HTTPS from a test CA), with the
-API key in the host's secrets store and injected by the host.
+"""Claude Code as a kooi workload, offline: the runner image's pinned CLI, talking to a
+scripted Messages API (tests/e2e/messages_api.py) on a test host of the tests' own (a
+network namespace, HTTPS from a test CA), with the credentials in the host's secrets
+store and injected by the host. Two ways in:
 
-The scripted model makes the CLI run, through its Bash tool: the Maven example's
-Testcontainers build (a real PostgreSQL through the run's broker), a dump of `env` and
-of every /proc/*/environ, a request to a name the egress proxy does not allow, a
+- `claude -p` in a `kooi run` container (the agent example) with the host's API key;
+- the interactive TUI in a person's session (the claude-session example), driven
+  through a real pseudo-terminal, with that person's own subscription token
+  (CLAUDE_CODE_OAUTH_TOKEN, a secret held per person): the prompt is typed, the model
+  has the CLI run the Maven example's Testcontainers build (a real PostgreSQL through
+  the session's broker), the answer is on the screen, still there after a dropped
+  terminal and a new attach; Ctrl-C ends the CLI, not the session; the token is in no
+  process, file, screen or result of the session.
+
+In the run, the scripted model makes the CLI run, through its Bash tool: a dump of
+`env` and of every /proc/*/environ, a request to a name the egress proxy does not allow, a
 request carrying the placeholder to a second (allowed) test host, and requests to the
 injector on a path the secret does not allow and with a key of the workload's own.
 
-Asserted: the build's result reaches the CLI and the run exits as the CLI does; the
-API server saw the real key on every Messages request and nowhere else; the key is in
+Asserted: the tools' results reach the CLI and the run exits as the CLI does; the API
+server saw the real key on every Messages request and nowhere else; the key is in
 no output, log, result or file of the run, while the placeholder is where the dump
 looks and a secret passed as plain environment shows up there (the negative control);
 the refusals are in the result; nothing is left behind. Never a real outside address."""
@@ -18,6 +26,7 @@ the refusals are in the result; nothing is left behind. Never a real outside add
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import shutil
@@ -31,6 +40,8 @@ import yaml
 from .conftest import KOOI, playbook
 from .test_egress import sh
 from .test_run import host, kooi_run, project, wfdir, write_wf  # noqa: F401 - fixtures
+from .test_session import kooi as session_cmd
+from .test_session import screen, started, terminal, terminals, tmux, typed, wait_for  # noqa: F401 - fixtures
 from .testca import make_ca
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,9 +72,9 @@ def bash(command: str, description: str, timeout_ms: int = 120000) -> dict:
     return {"tool": "Bash", "input": {"command": command, "description": description, "timeout": timeout_ms}}
 
 
+MAVEN_TC = bash("mvn -B -o -Ptestcontainers verify > /tmp/mvn.log 2>&1; rc=$?; grep -E 'Tests run:|BUILD' "
+                "/tmp/mvn.log | tail -n 4; echo MVN-EXIT=$rc", "Run the Testcontainers build", 900000)
 SCRIPT = {"model_turns": [
-    bash("mvn -B -o -Ptestcontainers verify > /tmp/mvn.log 2>&1; rc=$?; grep -E 'Tests run:|BUILD' /tmp/mvn.log "
-         "| tail -n 4; echo MVN-EXIT=$rc", "Run the Testcontainers build", 900000),
     bash("env | sort; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null | sort -u "
          "| sed 's/^/ENVIRON /'", "Look at the environment"),
     bash(f"curl -sS -o /dev/null -w 'DENIED-STATUS=%{{http_code}}\\n' https://{DENIED}/ 2>&1 || true",
@@ -87,6 +98,12 @@ SCRIPT = {"model_turns": [
          "Use the API host for other things"),
     {"text": "AGENT-DONE {tool_results}"},
 ]}
+# The session's conversation (its first message carries the marker): the build, then an answer.
+TUI_MARKER = "KOOI-TUI-TASK"
+SCRIPT["by_marker"] = {TUI_MARKER: [MAVEN_TC, {"text": "TUI-DONE the build ran"}]}
+# Each person's own subscription token (`claude setup-token`), shaped like one.
+OAUTH = {p: f"sk-ant-oat01-kooie2e-{p}-" + secrets.token_hex(20) for p in ("alice", "bob")}
+SESSION_EXAMPLE = REPO / "examples/agent/claude-session.yml"
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +140,9 @@ def api(host):
     extra = {"kooi_egress_allow": [OTHER], "kooi_egress_private_hosts": [OTHER],
              "kooi_secrets": {"anthropic": {"value": KEY, "preset": "anthropic", "upstream": f"https://{API}",
                                             "ca_file": str(ca)},
-                              "e2e-env": {"value": ENV_VALUE, "mode": "environment", "env": "KOOI_E2E_TOKEN"}}}
+                              "e2e-env": {"value": ENV_VALUE, "mode": "environment", "env": "KOOI_E2E_TOKEN"},
+                              "claude": {"persons": OAUTH, "preset": "anthropic-oauth", "upstream": f"https://{API}",
+                                         "ca_file": str(ca)}}}
     (WORK / "vars.json").write_text(json.dumps(extra))
     res = playbook("--tags", "egress,secrets", "-e", f"@{WORK / 'vars.json'}")
     sh(KOOI, "egress", "reload")  # Squid reads /etc/hosts when it (re)loads
@@ -176,15 +195,12 @@ def test_the_agent_runs_with_an_injected_key_that_never_enters_the_sandbox(host,
     assert KEY not in api["playbook"], "the key is in Ansible's output"
 
     cli = _cli_result(out)
-    # The run exits as the CLI does, and the build's result reached the CLI.
+    # The run exits as the CLI does, and the tools' results reached the CLI (the build
+    # through the broker: the session test below).
     assert res.returncode == 0 and result["exit_code"] == 0 and result["reason"] == "ok", out[-4000:]
     assert cli["is_error"] is False and cli["subtype"] == "success", cli
     text = cli["result"]
     assert text.startswith("AGENT-DONE"), text[:2000]
-    assert "MVN-EXIT=0" in text and "BUILD SUCCESS" in text, text[:4000]
-    assert re.search(r"Tests run: [1-9]", text), text[:4000]
-    # The build's PostgreSQL, started through the run's broker (Testcontainers removed it).
-    assert result["broker"]["allowed"] >= 5 and result["broker"]["refused"] == 0, result["broker"]
 
     # The workload holds the placeholder, never the key; a plain environment secret
     # shows up where the dump looks (the negative control).
@@ -200,7 +216,8 @@ def test_the_agent_runs_with_an_injected_key_that_never_enters_the_sandbox(host,
     assert not (proj / ".git/hooks/post-checkout").exists() and not (proj / ".envrc").exists()
     assert result["project_guard"]["refused"] == [
         {"path": ".git/hooks/post-checkout", "change": "created", "how": "shadowed"},
-        {"path": ".envrc", "change": "created", "how": "put back"}], result["project_guard"]
+        {"path": ".envrc", "change": "created", "how": "put back",
+         "kept": f".kooi-removed/{result['run_id']}/.envrc"}], result["project_guard"]
 
     # The refusals: the proxy's 403, the injector's 403 (path) and 401 (own key).
     assert "CONNECT tunnel failed, response 403" in text and "DENIED-STATUS=000" in text
@@ -218,7 +235,7 @@ def test_the_agent_runs_with_an_injected_key_that_never_enters_the_sandbox(host,
 
     # The API server saw the real key on every Messages request, and only there.
     seen = _requests("api.jsonl")
-    messages = [r for r in seen if r["path"].startswith("/v1/messages")]
+    messages = [r for r in seen if r["path"].startswith("/v1/messages") and TUI_MARKER not in json.dumps(r["body"])]
     assert len(messages) >= len(SCRIPT["model_turns"]), [r["path"] for r in seen]
     assert all(r["headers"].get("x-api-key") == KEY for r in messages), [r["headers"].get("x-api-key") for r in seen]
     assert not any("authorization" in r["headers"] for r in seen)
@@ -244,7 +261,8 @@ def test_the_agent_runs_with_an_injected_key_that_never_enters_the_sandbox(host,
         by.setdefault(r["by"], []).append(r["what"])
     assert sorted(by) == ["egress", "project", "secrets"], result["refused"]
     assert by["project"] == [".git/hooks/post-checkout (created; made in a throwaway copy, never in the project)",
-                             ".envrc (created; put back)"] and DENIED in by["egress"][0], by
+                             f".envrc (created; put back; the workload's version is kept in "
+                             f".kooi-removed/{result['run_id']}/.envrc)"] and DENIED in by["egress"][0], by
 
     # The proxy logged the refused name; nothing is left behind.
     assert any(DENIED in line and "/403" in line for line in SQUID_LOG.read_text().splitlines()[-200:])
@@ -252,6 +270,73 @@ def test_the_agent_runs_with_an_injected_key_that_never_enters_the_sandbox(host,
     status = json.loads(sh(KOOI, "secrets", "status", "--json").stdout)
     assert status["up"] and status["runs"] == 0, status
     assert time.time() - since < 1800
+
+
+def test_claude_code_tui_in_a_persons_session_with_their_own_subscription(host, api, wfdir, project, terminals):
+    wf = yaml.safe_load(SESSION_EXAMPLE.read_text())
+    assert wf["session"]["seed"][".claude.json"]  # onboarding seeded once into the kept home
+    wf["secrets"] = ["claude"]  # the example's note: each person's own token instead of the API key
+    write_wf(wfdir, "claude-session", wf)
+    proj = project("maven-example")
+    # A person the host holds no token for is refused before anything starts.
+    res = session_cmd(wfdir, "start", "claude-session", "--project", str(proj), "--person", "carol", check=False)
+    assert res.returncode == 126 and "no value for person 'carol'" in res.stderr, res.stdout + res.stderr
+    run_id = started(wfdir, proj, "alice", "claude-session")
+    shown = ""
+    try:
+        t1 = terminal("c1", f"{KOOI} session attach claude-session --person alice")
+        wait_for(t1, "[kooi claude-session]")
+        typed(t1, "claude --dangerously-skip-permissions")
+        wait_for(t1, "trust this folder", timeout=120)  # asked once per kept home, as on a laptop
+        end = time.monotonic() + 30
+        while "❯ Yes, I trust this folder" not in screen(t1):  # the menu may draw before it reads keys
+            assert time.monotonic() < end, screen(t1)
+            tmux("send-keys", "-t", t1, "Down")
+            time.sleep(0.5)
+        tmux("send-keys", "-t", t1, "Enter")
+        wait_for(t1, "bypass permissions on", timeout=60)
+        typed(t1, f"{TUI_MARKER}: run the Testcontainers build")
+        shown += wait_for(t1, "TUI-DONE", timeout=900)
+        # A dropped terminal; the CLI goes on in the session, and a new attach shows it.
+        tmux("kill-session", "-t", t1)
+        t2 = terminal("c2", f"{KOOI} session attach claude-session --person alice")
+        shown += wait_for(t2, "TUI-DONE", timeout=60)
+        # Ctrl-C goes to the foreground command (the CLI ends on the second), not the session.
+        tmux("send-keys", "-t", t2, "C-c")
+        wait_for(t2, "again to exit")
+        tmux("send-keys", "-t", t2, "C-c")
+        wait_for(t2, "--resume")
+        typed(t2, "echo back-$((6*7))")
+        shown += wait_for(t2, "back-42")
+        # The token: in no process and no file of the session, only the placeholder.
+        env = session_cmd(wfdir, "exec", "claude-session", "--person", "alice", "--", "sh", "-c",
+                          "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'").stdout
+        assert re.search(r"^CLAUDE_CODE_OAUTH_TOKEN=kooi-placeholder-", env, re.M), env[-3000:]
+        grep = subprocess.run([KOOI, "session", "exec", "claude-session", "--person", "alice", "--", "sh", "-c",
+                               "grep -r -l -F -f - / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; echo GREP-END"],
+                              input="\n".join(OAUTH.values()) + "\n", capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "KOOI_WORKFLOW_DIR": str(wfdir)})
+        assert grep.stdout == "GREP-END\n", grep.stdout[-3000:]
+    finally:
+        stopped = session_cmd(wfdir, "stop", "claude-session", "--person", "alice", "--json", check=False)
+        session_cmd(wfdir, "reset", "claude-session", "--person", "alice", check=False)
+    result = json.loads(stopped.stdout)
+    assert result["run_id"] == run_id and result["reason"] == "ok", result
+    # The build's PostgreSQL, through the session's broker (Testcontainers removed it).
+    assert result["broker"]["allowed"] >= 5 and result["broker"]["refused"] == 0, result["broker"]
+    assert result["secrets"]["injected"]["claude"]["env"] == "CLAUDE_CODE_OAUTH_TOKEN", result["secrets"]
+    assert result["secrets"]["forwarded"] >= 2 and result["secrets"]["refused"] == [], result["secrets"]
+    # The API saw alice's own token as the bearer token on every request of hers, and the
+    # build's result in the CLI's last one.
+    mine = [r for r in _requests("api.jsonl") if TUI_MARKER in json.dumps(r["body"])]
+    assert len(mine) >= 2 and all(r["headers"].get("authorization") == f"Bearer {OAUTH['alice']}" and
+                                  "x-api-key" not in r["headers"] for r in mine), [r["headers"] for r in mine]
+    last = json.dumps(mine[-1]["body"])
+    assert "MVN-EXIT=0" in last and "BUILD SUCCESS" in last and re.search(r"Tests run: [1-9]", last), last[-4000:]
+    # Nowhere in what kooi and the terminals showed.
+    for where, text_ in {"the screens": shown, "the result": stopped.stdout,
+                         "the session's log": Path(result["log"]).read_text()}.items():
+        assert not any(t in text_ for t in OAUTH.values()), f"a token is in {where}"
 
 
 def test_workflow_check_refuses_unknown_secrets_and_hosts_without_a_store(api, tmp_path):

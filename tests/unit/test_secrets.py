@@ -25,7 +25,7 @@ from kooi.hoststate import secrets as secrets_state
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "roles/kooi_defaults/filter_plugins"))
 sys.path.insert(0, str(REPO / "tests/e2e"))
-from kooi_secrets import AnsibleFilterError, kooi_secrets_description  # noqa: E402
+from kooi_secrets import AnsibleFilterError, kooi_secrets_description, kooi_secrets_values  # noqa: E402
 from testca import make_ca  # noqa: E402
 
 PRESETS = {"anthropic": {"mode": "inject", "env": "ANTHROPIC_API_KEY", "base_url_env": "ANTHROPIC_BASE_URL",
@@ -152,9 +152,14 @@ def proxy(tmp_path_factory):
                     "ca_file": str(d / "ca.pem")},
                bearer={"mode": "inject", "env": "T", "upstream": f"https://localhost:{up.server_address[1]}",
                        "ca_file": str(d / "ca.pem"), "header": "authorization", "scheme": "Bearer",
-                       "paths": ["/api/*"]})
+                       "paths": ["/api/*"]},
+               oauth={**PRESETS["anthropic"], "upstream": f"https://localhost:{up.server_address[1]}",
+                      "ca_file": str(d / "ca.pem"), "env": "CLAUDE_CODE_OAUTH_TOKEN", "header": "authorization",
+                      "scheme": "Bearer", "persons": ["alice", "bob"]})
     reg = injectcontrol.Registry()
-    srv = injectproxy.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"REAL-KEY", "bearer": b"REAL-TOKEN"}, reg)
+    srv = injectproxy.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"REAL-KEY", "bearer": b"REAL-TOKEN",
+                                                          "oauth@alice": b"ALICE-TOKEN", "oauth@bob": b"BOB-TOKEN"},
+                                  reg)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv, reg
     srv.shutdown()
@@ -328,3 +333,70 @@ def test_client_tools_and_listed_server_tools_pass(proxy):
     allowed = dataclasses.replace(sdef, server_tools=("web_search",))
     assert injectproxy.body_refusal(allowed, b'{"tools": [{"type": "web_search_20250305", "name": "w"}]}') is None
     assert injectproxy.body_refusal(allowed, b'{"tools": [{"type": "web_fetch_20250910", "name": "w"}]}') is not None
+
+
+def test_a_secret_held_per_person_gives_each_session_its_persons_value_and_nothing_to_others(proxy, tmp_path):
+    """A person's own subscription token (`claude setup-token`, CLAUDE_CODE_OAUTH_TOKEN):
+    the injector reads the workflow, and a session gets its person's value; another
+    person, or a run that belongs to nobody, gets none."""
+    srv, reg = proxy
+    wfdir = tmp_path / "workflows"
+    wfdir.mkdir(mode=0o755)
+    (wfdir / "claude.yml").write_text("description: d\nsession: {shell: [bash]}\nnetwork: proxy\n"
+                                      "secrets: [oauth]\n")
+    control = injectcontrol.ControlServer(str(tmp_path / "control.sock"), 0, srv.cfg, srv.values, reg, wfdir)
+    try:
+        tokens = {who: control.dispatch({"op": "register", "run": f"s-{who}", "workflow": "claude",
+                                         "person": who})["placeholders"]["oauth"] for who in ("alice", "bob")}
+        with pytest.raises(inject.InjectError, match="no value for person 'carol'"):
+            control.dispatch({"op": "register", "run": "s-carol", "workflow": "claude", "person": "carol"})
+        with pytest.raises(inject.InjectError, match="one value per person"):
+            control.dispatch({"op": "register", "run": "r-1", "workflow": "claude"})
+        assert "s-carol" not in reg.runs and "r-1" not in reg.runs
+        body = b'{"model": "m", "messages": []}'
+        for who, want in (("alice", "ALICE-TOKEN"), ("bob", "BOB-TOKEN")):
+            got, data, _ = _post(srv.server_address[1], "/v1/messages?beta=true",
+                                 {"Authorization": f"Bearer {tokens[who]}", "anthropic-beta": "oauth-2025-04-20"}, body)
+            assert got == 200, data
+            assert Upstream.seen[-1]["headers"]["authorization"] == f"Bearer {want}"
+            assert Upstream.seen[-1]["headers"]["anthropic-beta"] == "oauth-2025-04-20"
+    finally:
+        reg.release("s-alice")
+        reg.release("s-bob")
+        control.server_close()
+    # Where they are held, and who may name them.
+    assert secrets_state.value_keys(srv.cfg.secrets["oauth"]) == ["oauth@alice", "oauth@bob"]
+    assert "only a session workflow" in workflow.secret_errors(["oauth"], "container", True, {}, "wf", srv.cfg)[0]
+    assert workflow.secret_errors(["oauth"], "container", True, {}, "wf", srv.cfg, session=True) == []
+    with pytest.raises(HostStateError, match="each person once"):
+        desc(s={**PRESETS["anthropic"], "persons": ["Alice"]})
+
+
+def test_the_roles_filter_takes_one_value_per_person_and_the_injector_reads_them(tmp_path):
+    tokens = {"alice": "sk-ant-oat01-alice-never-shown", "bob": "sk-ant-oat01-bob-never-shown"}
+    presets = {**PRESETS, "anthropic-oauth": {**PRESETS["anthropic"], "env": "CLAUDE_CODE_OAUTH_TOKEN",
+                                              "header": "authorization", "scheme": "Bearer"}}
+    secrets = {"claude": {"persons": tokens, "preset": "anthropic-oauth"}, "api": {"value": "k1", "preset": "anthropic"}}
+    doc = kooi_secrets_description(secrets, presets, {"port": 3129})
+    assert doc["secrets"]["claude"]["persons"] == ["alice", "bob"] and "persons" not in doc["secrets"]["api"]
+    assert not any(t in json.dumps(doc) for t in tokens.values())
+    files = kooi_secrets_values(secrets)
+    assert [f["key"] for f in files] == ["api", "claude@alice", "claude@bob"]
+    for entry, word in (({"persons": tokens, "value": "v", "preset": "anthropic"}, "either value"),
+                        ({"preset": "anthropic"}, "either value"),
+                        ({"persons": {"Alice": "v"}, "preset": "anthropic"}, "person's name"),
+                        ({"persons": {"alice": "two\nlines"}, "preset": "anthropic"}, "persons.alice"),
+                        ({"persons": [], "preset": "anthropic"}, "persons")):
+        with pytest.raises(AnsibleFilterError, match=word) as exc:
+            kooi_secrets_description({"s": entry}, presets, {"port": 3129})
+        assert "two\nlines" not in str(exc.value)
+    store = tmp_path / "store"
+    store.mkdir(mode=0o700)
+    cfg = secrets_state.parse(json.dumps({**doc, "store": str(store)}))
+    for f in files:
+        (store / f["key"]).write_text(f["value"] + "\n")
+        (store / f["key"]).chmod(0o600)
+    assert inject.read_values(cfg) == {f["key"]: f["value"].encode() for f in files}
+    (store / "claude@bob").unlink()
+    with pytest.raises(inject.InjectError, match="claude@bob"):
+        inject.read_values(cfg)

@@ -2,10 +2,14 @@
 (/etc/kooi/secrets.json: names and routes, never a value) that kooi_secrets stands for,
 checked by the shim's own parser (kooi.hoststate.secrets).
 
-Each entry of kooi_secrets is a mapping with `value` (from Ansible Vault) and either a
-`preset` from kooi_secrets_preset_map or its own route (mode, env, base_url_env,
-upstream, ca_file, header, scheme, paths, methods, body, server_tools); its own keys
-override the preset's.
+Each entry of kooi_secrets is a mapping with `value` (from Ansible Vault), or
+`persons` (person name to that person's own value, e.g. each participant's
+`claude setup-token` token; only their sessions get it), and either a `preset` from
+kooi_secrets_preset_map or its own route (mode, env, base_url_env, upstream, ca_file,
+header, scheme, paths, methods, body, server_tools); its own keys override the preset's.
+
+`kooi_secrets_values(secrets)`: the store's files, [{key, value}], key NAME or
+NAME@PERSON (kooi.hoststate.secrets.value_keys).
 Errors name the secret and the key, never the value. Runs on the controller."""
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ except ImportError:  # used without Ansible (unit tests)
 
 _SHIM = Path(__file__).resolve().parents[3] / "shim"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+PERSON_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 ROUTE_KEYS = ("mode", "env", "base_url_env", "upstream", "ca_file", "header", "scheme", "paths", "methods", "body",
               "server_tools")
 
@@ -32,6 +37,22 @@ def _hoststate():
     if (_SHIM / "kooi" / "hoststate").is_dir() and str(_SHIM) not in sys.path:
         sys.path.insert(0, str(_SHIM))
     return importlib.import_module("kooi.hoststate.secrets")
+
+
+def _one_line(value, where):
+    if not isinstance(value, str) or not value.strip() or "\n" in value.strip() or "\r" in value.strip():
+        raise AnsibleFilterError(f"{where}: must be a non-empty one-line string (from Ansible Vault)")
+
+
+def kooi_secrets_values(secrets):
+    """The store's files of SECRETS (checked by kooi_secrets_description first)."""
+    out = []
+    for name, entry in sorted((secrets or {}).items()):
+        if "persons" in entry:
+            out += [{"key": f"{name}@{p}", "value": v.strip()} for p, v in sorted(entry["persons"].items())]
+        else:
+            out.append({"key": name, "value": entry["value"].strip()})
+    return out
 
 
 def kooi_secrets_description(secrets, presets, injector):
@@ -46,14 +67,24 @@ def kooi_secrets_description(secrets, presets, injector):
         if not isinstance(entry, dict):
             raise AnsibleFilterError(f"{where}: a mapping with value and preset (or a route), got "
                                      f"{type(entry).__name__}")
-        unknown = sorted(set(entry) - {"value", "preset", *ROUTE_KEYS})
+        unknown = sorted(set(entry) - {"value", "persons", "preset", *ROUTE_KEYS})
         if unknown:
-            raise AnsibleFilterError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: value, preset, "
-                                     f"{', '.join(ROUTE_KEYS)})")
-        value = entry.get("value")
-        if not isinstance(value, str) or not value.strip() or "\n" in value.strip() or "\r" in value.strip():
-            raise AnsibleFilterError(f"{where}.value: must be a non-empty one-line string (from Ansible Vault)")
+            raise AnsibleFilterError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: value or persons, "
+                                     f"preset, {', '.join(ROUTE_KEYS)})")
         route = {}
+        if ("value" in entry) == ("persons" in entry):
+            raise AnsibleFilterError(f"{where}: give either value (one for the host) or persons (one per person)")
+        if "persons" in entry:
+            if not isinstance(entry["persons"], dict) or not entry["persons"]:
+                raise AnsibleFilterError(f"{where}.persons: a mapping of person name to that person's value")
+            for person, value in entry["persons"].items():
+                if not isinstance(person, str) or not PERSON_RE.match(person):
+                    raise AnsibleFilterError(f"{where}.persons: {person!r} is not a person's name (lower-case "
+                                             "letters, digits, . _ -)")
+                _one_line(value, f"{where}.persons.{person}")
+            route["persons"] = sorted(entry["persons"])
+        else:
+            _one_line(entry["value"], f"{where}.value")
         if "preset" in entry:
             if entry["preset"] not in presets:
                 raise AnsibleFilterError(f"{where}.preset: {entry['preset']!r} is not in kooi_secrets_preset_map "
@@ -78,4 +109,4 @@ def kooi_secrets_description(secrets, presets, injector):
 
 class FilterModule:
     def filters(self):
-        return {"kooi_secrets_description": kooi_secrets_description}
+        return {"kooi_secrets_description": kooi_secrets_description, "kooi_secrets_values": kooi_secrets_values}

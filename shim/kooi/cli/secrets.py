@@ -38,7 +38,8 @@ def command(args: argparse.Namespace) -> int:
             return inject.serve(cfg)
         if args.action == "list":
             out: dict[str, Any] = {n: {"mode": s.mode, "env": s.env, "upstream": s.upstream or None,
-                                       "paths": list(s.paths) or None} for n, s in cfg.secrets.items()}
+                                       "paths": list(s.paths) or None, "persons": list(s.persons) or None}
+                                   for n, s in cfg.secrets.items()}
         elif args.action == "start":
             out = {"started": inject.start(cfg)}
         elif args.action == "stop":
@@ -52,7 +53,8 @@ def command(args: argparse.Namespace) -> int:
     elif args.action == "list":
         for n, d in out.items():
             print(f"{n}: {d['mode']} as ${d['env']}" + (f", to {d['upstream']} {' '.join(d['paths'])}"
-                                                      if d["mode"] == "inject" else ""))
+                                                      if d["mode"] == "inject" else "")
+                  + (f"; one value per person: {', '.join(d['persons'])}" if d["persons"] else ""))
     elif out["up"]:
         print(f"injector: up (pid {out['pid']}, uid {out['uid']}, {out['listen']}, {out['runs']} run(s) "
               f"registered; secrets {', '.join(out['secrets']) or 'none'})")

@@ -11,6 +11,11 @@ Two ways to a workload:
 - environment (weaker, explicit): the value itself in ENV; every process of the
   workload can read it.
 
+A secret holds one value for the host (store file NAME), or one per person (PERSONS:
+store files NAME@PERSON), e.g. each participant's own Claude subscription token
+(`claude setup-token`): only a session, which belongs to a person, can use it, and it
+gets that person's value.
+
 The file is missing where the operator provisioned no secrets; then workflows that
 name secrets are refused.
 """
@@ -28,6 +33,7 @@ from .errors import HostStateError
 
 PATH = Path(os.environ.get("KOOI_SECRETS_CONFIG", paths.SECRETS))
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+PERSON_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")  # kooi.workflow.NAME_RE: persons are named alike
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 UPSTREAM_RE = re.compile(r"^https://([A-Za-z0-9.-]+)(?::([0-9]{1,5}))?$")
@@ -51,6 +57,7 @@ class SecretDef:
     methods: tuple[str, ...] = ("POST",)
     body: str = ""
     server_tools: tuple[str, ...] = ()
+    persons: tuple[str, ...] = ()
     name: str = ""
 
     @property
@@ -124,6 +131,8 @@ def _secret(name: str, raw: Any, source: str) -> SecretDef:
             bad.append("server_tools must name tool types (web_search, web_fetch, code_execution, mcp, ...)")
         if s.base_url_env and not ENV_RE.match(s.base_url_env):
             bad.append(f"base_url_env {s.base_url_env!r} is not an environment variable name")
+    if not all(isinstance(p, str) and PERSON_RE.match(p) for p in s.persons) or len(set(s.persons)) != len(s.persons):
+        bad.append("persons must name each person once (lower-case letters, digits, . _ -)")
     if bad:
         raise HostStateError(f"{where}: {'; '.join(bad)}; re-run site.yml")
     return s
@@ -154,5 +163,25 @@ def load(path: Path | str = PATH) -> SecretsConfig | None:
     return None if text is None else parse(text, str(path))
 
 
-def value_path(cfg: SecretsConfig, name: str) -> Path:
-    return Path(cfg.store) / name
+def value_keys(s: SecretDef) -> list[str]:
+    """The store's file names of secret S's values: NAME, or NAME@PERSON for each person."""
+    return [f"{s.name}@{p}" for p in s.persons] if s.persons else [s.name]
+
+
+def value_key(s: SecretDef, person: str | None) -> str:
+    """Which of S's values a run of PERSON (None: not a session) gets; raises
+    HostStateError where it has none."""
+    if not s.persons:
+        return s.name
+    if not person:
+        raise HostStateError(f"secret {s.name!r} holds one value per person (kooi_secrets.{s.name}.persons): only "
+                             "a session, which belongs to a person, can use it (kooi session start --person)")
+    if person not in s.persons:
+        raise HostStateError(f"secret {s.name!r} holds no value for person {person!r} (it has: "
+                             f"{', '.join(s.persons)}); add theirs to kooi_secrets.{s.name}.persons and re-run "
+                             "site.yml")
+    return f"{s.name}@{person}"
+
+
+def value_path(cfg: SecretsConfig, key: str) -> Path:
+    return Path(cfg.store) / key

@@ -71,7 +71,9 @@ def container_args(wf: Workflow, cfg: EngineConfig, img_attrs: dict[str, Any], p
         "Hostname": wf.name[:63], "Labels": labels.run_labels(wf.name, str(project), run_id),
         "HostConfig": host,
     }
-    set_env(body, dict(wf.environment))
+    # Compiled Python written into the project runs instead of its source on the host
+    # (the guard removes what the run wrote): none is written unless the workflow says so.
+    set_env(body, {"PYTHONDONTWRITEBYTECODE": "1", **wf.environment})
     host.update(plan.host_config)
     host["Ulimits"] = plan.ulimits()
     res.limits.update(plan.record)
@@ -361,7 +363,8 @@ class ContainerBackend:
                               "site.yml")
         try:
             doc = inject.call(sc, {"op": "register", "run": ctx.run_id, "workflow": ctx.wf.name,
-                                   "directory": str(ctx.wf.path.parent)})
+                                   "directory": str(ctx.wf.path.parent),
+                                   **({"person": ctx.session.person} if ctx.session else {})})
         except inject.InjectError as exc:
             raise unavailable(f"secrets: {exc}") from None
         self.registered = True

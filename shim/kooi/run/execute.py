@@ -22,6 +22,7 @@ from .. import apparmor, outputs, workflow
 from ..hoststate import HostStateError, paths
 from ..hoststate import engine as engine_state
 from ..hoststate import limits as limits_state
+from ..hoststate import secrets as secrets_state
 from ..hoststate.engine import EngineConfig
 from . import backend, deadrun
 from .context import RunContext, SessionRun, load_host_state
@@ -149,6 +150,12 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         secret_errors = workflow.secret_errors_of(wf, sc)
         if secret_errors:
             raise workflow.WorkflowError("\n".join(secret_errors))
+        if sc is not None and session is not None:
+            for n in wf.secrets:
+                try:
+                    secrets_state.value_key(sc.secrets[n], session.person)
+                except HostStateError as exc:
+                    raise refused(str(exc)) from None
         if os.geteuid() == 0 and sc is not None and any(sc.secrets[n].mode == "inject" for n in wf.secrets):
             from .. import inject
 
