@@ -69,7 +69,7 @@ def run(backend: Backend, ctx: RunContext) -> int:
     taken before anything runs and checked (and put back) after everything the
     workload started has ended; a run that leaves one kooi cannot put back is refused
     (exit 126), whatever the workload's own exit code."""
-    guard = Guard(ctx.project, ctx.wf.unprotected_paths)
+    guard = Guard(ctx.project, ctx.wf.unprotected_paths, run_id=ctx.run_id)
     try:
         guard.snapshot()
     except (GuardError, OSError) as exc:
@@ -159,4 +159,5 @@ def refusals(res: Result) -> list[dict[str, Any]]:
 def _done(refusal: dict[str, Any], record: dict[str, Any]) -> str:
     if refusal.get("how") == "shadowed":
         return "made in a throwaway copy, never in the project"
-    return "put back" if record.get("restored") else "NOT put back: see project_guard.restore_failed"
+    done = "put back" if record.get("restored") else "NOT put back: see project_guard.restore_failed"
+    return done + (f"; the workload's version is kept in {refusal['kept']}" if refusal.get("kept") else "")

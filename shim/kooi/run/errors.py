@@ -144,8 +144,11 @@ class Log:
     def note(self, text: str) -> None:
         """One line of kooi's own, always at the start of a line: after a workload's last
         line without a newline, kooi's verdict was glued onto it, and a reader of
-        `^kooi: ` lines saw only a line the workload had printed."""
-        self.write(f"{chr(10) if self.line_open else ''}kooi: {text}\n")
+        `^kooi: ` lines saw only a line the workload had printed. One line, its control
+        characters made visible: it names paths and hosts the workload chose (review 12:
+        a directory's name forged `kooi: ok:` lines and cleared root's screen)."""
+        line = neutral(text).replace("\n", "\\n").replace("\t", "\\t")
+        self.write(f"{chr(10) if self.line_open else ''}kooi: {line}\n")
 
     def close(self) -> None:
         if self.f:

@@ -42,10 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .editors import editor_targets
 from .envrc import envrc_targets
 from .forgery import ForgeryChecks
 from .fsat import open_dir, remove_at
 from .gitdata import MAX_VERIFY_BYTES, bound_problems
+from .made import KEEP, MadeByWorkload
 from .protected import (
     MAX_WALK,
     PROTECTED,
@@ -64,7 +66,7 @@ from .snapshot import GuardError as GuardError  # re-exported: Guard raises it
 
 
 @dataclass
-class Guard(Shadows, ForgeryChecks):
+class Guard(Shadows, ForgeryChecks, MadeByWorkload):
     root: Path
     unprotected: tuple[str, ...] = ()
     protected: dict[str, Entry] = field(default_factory=dict)
@@ -91,6 +93,9 @@ class Guard(Shadows, ForgeryChecks):
     # half-way goes on from there (run.deadrun), never compares a throwaway it already
     # copied back and removed.
     progress: dict[str, Any] | None = None
+    run_id: str = ""  # names the run's directory in KEEP, where the workload's removed work is kept
+    links: dict[str, str] = field(default_factory=dict)  # symlinks out of the project before the run
+    envs: tuple[str, ...] = ()  # environments below the top after the run (protected.walk_project)
     # When the workload started (ns, a little before): what changed in git's real
     # objects and refs since is the workload's, or the host's while the run ran.
     started: int | None = None
@@ -139,12 +144,15 @@ class Guard(Shadows, ForgeryChecks):
         bare: list[str] = []
         blind: list[str] = []
         watched: list[str] = []
-        dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind, watched=watched)
+        links: dict[str, str] = {}
+        dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind, watched=watched, links=links)
         self.watched_deep = tuple(watched)
+        self.links = links
         envrc, said = envrc_targets(self.root, (".envrc", *(d for d in deep if d.endswith("/.envrc"))))
-        extra += [t for t in envrc + package_targets(self.root) if t not in extra]
+        editor, runs = editor_targets(self.root)
+        extra += [t for t in envrc + package_targets(self.root) + editor if t not in extra]
         self.py_own = tuple(sorted(py_modules(self.root)))
-        self.exposed = hooks + said
+        self.exposed = hooks + said + runs
         self.bare = tuple(bare)
         if blind:
             raise GuardError(f"kooi cannot list {', '.join(blind)} in the project, so it cannot check what a run "
@@ -153,9 +161,9 @@ class Guard(Shadows, ForgeryChecks):
             raise GuardError(f"the project holds more than {MAX_WALK} entries; kooi cannot look for the nested "
                              "git repositories in it")
         self.deep = tuple(deep)
-        links = [p for p in (".git", *others) if os.path.islink(self.root / p)]
-        if links:
-            raise GuardError(f"{links[0]} is a symlink: kooi cannot keep a git directory reached through a link "
+        linked = [p for p in (".git", *others) if os.path.islink(self.root / p)]
+        if linked:
+            raise GuardError(f"{linked[0]} is a symlink: kooi cannot keep a git directory reached through a link "
                              "(the workload could change what it points to); make it the directory itself, or a "
                              "`gitdir:` file")
         self.nested = tuple(dirs + others)
@@ -243,41 +251,19 @@ class Guard(Shadows, ForgeryChecks):
         return refused, failed, "; ".join(warnings)
 
 
-    def _shadows_created(self) -> tuple[list[dict[str, str]], list[str]]:
-        """Modules the workload made at the project's top that shadow what the host's
-        `python3 -m TOOL` imports (protected.py_modules): removed, listed."""
-        refused, failed = [], []
-        for name, rels in py_modules(self.root).items():
-            if name in self.py_own:
-                continue
-            for rel in rels:
-                refused.append({"path": rel, "change": f"created (shadows the Python module {name} of the host's "
-                                                      "`python3 -m` there)", "how": "put back"})
-                if (why := self._remove_made(rel)) is not None:
-                    failed.append(why)
-        return refused, failed
-
-    def _remove_made(self, rel: str) -> str | None:
-        """Remove REL, something the workload made, never through a symlink; None, or why not."""
-        parent, _, name = rel.rpartition("/")
-        try:
-            fd = open_dir(self.root, parent)
-            try:
-                remove_at(fd, name)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            return f"{rel}: {exc.strerror or exc}"
-        return None
-
     def _nested_created(self) -> tuple[list[dict[str, str]], list[str]]:
         """`.git` entries below the project's top the workload made (a nested repository,
         a `.git` file pointing git elsewhere): removed, listed."""
         bare: list[str] = []
         blind: list[str] = []
         watched: list[str] = []
-        dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind, watched=watched)
+        links: dict[str, str] = {}
+        pyc: list[str] = []
+        envs: list[str] = []
+        dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind, watched=watched, links=links,
+                                                    pyc=pyc, envs=envs)
         self.watched_deep = tuple(dict.fromkeys((*self.watched_deep, *watched)))
+        self.envs = tuple(envs)
         failed = [] if complete else [f"the project holds more than {MAX_WALK} entries: kooi could not look for "
                                       "nested git repositories the workload made"]
         # Anything kooi cannot read fails the run: what the workload hid there is unchecked.
@@ -295,11 +281,15 @@ class Guard(Shadows, ForgeryChecks):
         for rel in deep:
             if rel in self.deep or any(rel == u or rel.startswith(u + "/") for u in self.unprotected):
                 continue
-            if any(rel.startswith(g + "/") for g in self.git_dirs):
+            if any(rel.startswith(g + "/") for g in self.git_dirs) or rel.split("/", 1)[0] == KEEP:
                 continue
-            refused.append({"path": rel, "change": "created", "how": "put back"})
-            if (why := self._remove_made(rel)) is not None:
+            item = {"path": rel, "change": "created", "how": "put back"}
+            refused.append(item)
+            if (why := self._remove_made(rel, item)) is not None:
                 failed.append(why)
+        more, more_failed = self._outward_and_compiled(links, pyc)
+        refused += more
+        failed += more_failed
         for rel in dirs + others:
             # Not even below an unprotected path: a workflow may change .vscode, but a
             # repository made there runs its config at the host's next `git status`
@@ -405,6 +395,24 @@ class Guard(Shadows, ForgeryChecks):
             refused.append({"path": rel, "change": change_of(b, a), "how": "put back"})
         # Remove what the workload created or made unreadable (deepest first), then
         # put back what was there (shallowest first).
+        # What the workload wrote there is its work: kept aside (KEEP) before the put-back
+        # (review 12), shallowest first (a created directory goes whole): what it created,
+        # and its version of a file it changed.
+        for item in sorted(refused, key=lambda r: len(Path(r["path"]).parts)):
+            a, b = after.get(item["path"]), self.protected.get(item["path"])
+            if a is None or not (b is None and a.kind in ("file", "dir") or b is not None and b.kind == a.kind == "file"):
+                continue
+            if any(item["path"].startswith(k["path"] + "/") for k in refused if k.get("kept")):
+                continue
+            parent = item["path"].rpartition("/")[0]
+            try:
+                fd = open_dir(self.root, parent)
+                try:
+                    self._keep(fd, item["path"], item)
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass
         for item in sorted(refused, key=lambda r: -len(Path(r["path"]).parts)):
             a = after.get(item["path"])
             if item["path"] not in self.protected or (a is not None and a.kind == "unreadable"):
@@ -447,7 +455,10 @@ class Guard(Shadows, ForgeryChecks):
         record: dict[str, Any] = {"protected": list(self.paths), "refused": shadowed + refused,
                                   "restored": not failed, "restore_failed": failed, "watched_changed": changed,
                                   "exposed": self.exposed + [e for e in present_exposed(self.root)
-                                                             if e["path"] not in {x["path"] for x in self.exposed}]}
+                                                             if e["path"] not in {x["path"] for x in self.exposed}]
+                                  + [{"path": e, "why": "an environment below the top: the host's tools and editors "
+                                                        "run code from it there"} for e in self.envs
+                                     if "/" in e]}
         if warning:
             record["warning"] = warning
         self.progress = None
@@ -475,7 +486,7 @@ class Guard(Shadows, ForgeryChecks):
                 "file_copies": [[r, str(p)] for r, p in self.file_copies],
                 "nested_shadows": [[r, str(p)] for r, p in self.nested_shadows],
                 "made_files": list(self.made_files), "pinned": self.pinned, "progress": self.progress,
-                "started": self.started}
+                "started": self.started, "run_id": self.run_id, "links": self.links}
 
     @classmethod
     def load(cls, doc: dict[str, Any]) -> Guard:
@@ -502,6 +513,8 @@ class Guard(Shadows, ForgeryChecks):
             g.made_files = [str(x) for x in doc["made_files"]]
             g.pinned = None if doc["pinned"] is None else str(doc["pinned"])
             g.started = None if doc.get("started") is None else int(doc["started"])
+            g.run_id = str(doc.get("run_id", ""))
+            g.links = {str(k): str(v) for k, v in doc.get("links", {}).items()}
             prog = doc.get("progress")
             if prog is not None:
                 g.progress = {"gits": [str(x) for x in prog["gits"]], "refused": [dict(r) for r in prog["refused"]],

@@ -58,7 +58,9 @@ def bwrap_argv(wf: Workflow, project: Path, proxy: tuple[Path, int] | None = Non
         argv += ["--bind", str(copy), f"{WORKSPACE}/{rel}"]
     argv += ["--chdir", str(Path(WORKSPACE) / wf.workdir),
              "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
-             "--setenv", "HOME", "/tmp/home", "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp"]
+             "--setenv", "HOME", "/tmp/home", "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp",
+             # no compiled Python in the project (the guard removes what the run wrote)
+             "--setenv", "PYTHONDONTWRITEBYTECODE", "1"]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
     env: dict[str, str] = {}

@@ -5,9 +5,12 @@ the one walk of the project for nested repositories and DEEP names."""
 
 from __future__ import annotations
 
+import functools
+import glob
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 
 # Other agents' and editors' project settings: the MCP servers, hooks, plugins, tasks
@@ -35,15 +38,43 @@ _PY_OWN = frozenset({"test", "this", "antigravity", "__main__", "site"})
 _IMPORTABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z0-9_-]+)*\.(?:py|pyc|pyw|so)$")
 
 
-def _py_shadow_names() -> frozenset[str]:
-    import sys
+# The standard library of the CPython versions other than kooi's own (3.8 to 3.14): a
+# host runs them too (pyenv, a `.python-version` the workload wrote picks one), and
+# each imports its own private modules first (3.13's venv imports _colorize).
+STDLIB_OTHER = frozenset({
+    "binhex", "formatter", "parser", "symbol", "dummy_threading", "_dummy_thread", "_bootlocale", "_peg_parser",
+    "_xxsubinterpreters", "_pydatetime", "_pylong", "_sha2", "_android_support", "_colorize", "_interpchannels",
+    "_interpqueues", "_interpreters", "_ios_support", "_opcode_metadata", "_pyrepl", "_suggestions", "_sysconfig",
+    "_wmi", "annotationlib", "compression", "_remote_debugging", "_zstd", "_hmac", "_types", "_apple_support",
+    "_py_warnings"})
+# Where the host's Pythons are installed system-wide: the standard library of each
+# version and what is installed for all (a tool's own dependencies: pytest imports
+# `py`, flask `click`). Their top-level names shadow too.
+PY_SITE_GLOBS = ("/usr/lib/python3.*", "/usr/lib/python3/dist-packages", "/usr/lib/python3*/site-packages",
+                 "/usr/local/lib/python3.*", "/usr/local/lib/python3*/dist-packages",
+                 "/usr/local/lib/python3*/site-packages")
 
-    return frozenset((set(sys.stdlib_module_names) - _PY_OWN) | set(PY_TOOLS))
+
+@functools.lru_cache(maxsize=1)
+def _py_shadow_names() -> frozenset[str]:
+    names = set(sys.stdlib_module_names) | STDLIB_OTHER | set(PY_TOOLS)
+    for d in sorted({p for g in PY_SITE_GLOBS for p in glob.glob(g)}):
+        try:
+            entries = os.listdir(d)
+        except OSError:
+            continue
+        for n in entries:
+            if m := _IMPORTABLE.match(n):
+                names.add(m.group(1))
+            elif n.isidentifier():
+                names.add(n)  # a package
+    return frozenset(names - _PY_OWN)
 
 
 def py_modules(root: Path) -> dict[str, list[str]]:
-    """The modules at ROOT's top named like a PY_TOOLS or standard-library module, each
-    with the files that make it one (never through a symlink)."""
+    """The modules at ROOT's top named like a PY_TOOLS, standard-library or host-installed
+    module, each with what makes it one: its files, or the symlink itself where Python
+    reaches the module through one (import follows links; kooi removes only the link)."""
     names = _py_shadow_names()
     out: dict[str, list[str]] = {}
     try:
@@ -52,7 +83,8 @@ def py_modules(root: Path) -> dict[str, list[str]]:
         return out
     for e in entries:
         try:
-            is_dir = e.is_dir(follow_symlinks=False)
+            link = e.is_symlink()
+            is_dir = e.is_dir()  # through a link, as Python's import
         except OSError:
             continue
         if is_dir and e.name in names:
@@ -62,7 +94,7 @@ def py_modules(root: Path) -> dict[str, list[str]]:
             except OSError:
                 continue
             if inner:
-                out.setdefault(e.name, []).extend(f"{e.name}/{n}" for n in sorted(inner))
+                out.setdefault(e.name, []).extend([e.name] if link else [f"{e.name}/{n}" for n in sorted(inner)])
         elif not is_dir and (m := _IMPORTABLE.match(e.name)) and m.group(1) in names:
             out.setdefault(m.group(1), []).append(e.name)
     return out
@@ -124,13 +156,27 @@ WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "a
            "AGENTS.md", "GNUmakefile", "makefile", "go.mod", "go.work", "buildSrc", "gradle.properties",
            "docker-compose.yaml", "compose.yml", "docker-compose.override.yml", "docker-compose.override.yaml",
            "compose.override.yml", "compose.override.yaml", "Cargo.toml", "build.rs", "justfile", "Taskfile.yml",
-           "Gemfile", "Rakefile", "pnpm-workspace.yaml")
+           "Gemfile", "Rakefile", "pnpm-workspace.yaml",
+           # which interpreter the host's version managers pick here (pyenv, nvm, rbenv, jenv)
+           ".python-version", ".nvmrc", ".node-version", ".ruby-version", ".java-version",
+           # what tools and editors' linters load and run from the project when they start
+           "conftest.py", "pytest.ini", ".pylintrc", "pylintrc", "mypy.ini", ".mypy.ini", ".flake8", ".coveragerc",
+           "eslint.config.js", "eslint.config.mjs", "eslint.config.cjs", "eslint.config.ts", ".eslintrc.js",
+           ".eslintrc.cjs", "prettier.config.js", ".prettierrc.js", "jest.config.js", "jest.config.ts",
+           "vite.config.js", "vite.config.ts", "vitest.config.js", "vitest.config.ts", "tailwind.config.js",
+           "svelte.config.js", "babel.config.js", ".babelrc.js", "webpack.config.js",
+           # other agents' instructions
+           "GEMINI.md", ".cursorrules", ".windsurfrules", ".github/copilot-instructions.md")
 # Build entry points watched in every directory below the top too (outside
 # node_modules): a module's own `.mvn/jvm.config` or Makefile runs when someone builds
 # in that directory.
 WATCHED_DEEP = frozenset({".mvn", "mvnw", "pom.xml", "build.gradle", "build.gradle.kts", "settings.gradle",
                           "settings.gradle.kts", "gradle.properties", "gradlew", "package.json", "Makefile",
-                          "GNUmakefile", "makefile", "Cargo.toml", "build.rs", "go.mod", "pyproject.toml", "setup.py"})
+                          "GNUmakefile", "makefile", "Cargo.toml", "build.rs", "go.mod", "pyproject.toml", "setup.py",
+                          "conftest.py", "CLAUDE.md", "AGENTS.md"})
+# Environments the host's tools and editors run from (present_exposed): said wherever
+# they are; a Python one by its pyvenv.cfg or conda-meta where the name is common.
+ENV_DIRS = frozenset({"node_modules", ".venv", "venv", "env", ".conda"})
 # The most kooi reads of one protected file (a larger one cannot be kept).
 MAX_FILE = 8 << 20
 # Git hook managers: what an installed hook (in the git directory's hooks/) says about
@@ -253,9 +299,26 @@ def present_exposed(root: Path) -> list[dict[str, str]]:
     out = []
     for d, w in why.items():
         p = root / d
-        if os.path.lexists(p) and not os.path.islink(p) and (os.path.isdir(p) or d.endswith(("js", "mjs"))):
-            out.append({"path": d, "why": w})
+        # A symlink to one is what the tools follow (review 12).
+        if os.path.lexists(p) and (os.path.isdir(p) or d.endswith(("js", "mjs"))):
+            out.append({"path": d, "why": w + (" (a symlink to it)" if os.path.islink(p) else "")})
     return out
+
+
+def is_env(path: Path, name: str) -> bool:
+    """PATH (named NAME, one of ENV_DIRS) is an environment the host's tools run from."""
+    if name == "node_modules":
+        return True
+    return os.path.exists(path / "pyvenv.cfg") or os.path.isdir(path / "conda-meta")
+
+
+def outward(rel: str, target: str) -> bool:
+    """A symlink at REL (relative to the project's top) with TARGET leads out of the
+    project, as read (what a host tool that writes through it reaches)."""
+    if target.startswith("/"):
+        return True
+    parent = os.path.dirname(rel)
+    return os.path.normpath(os.path.join(parent, target)).split("/", 1)[0] == ".."
 
 
 def installed_hooks(root: Path, gitdir: Path, config: str) -> list[dict[str, str]]:
@@ -375,8 +438,9 @@ def is_layout(names: set[str]) -> bool:
 
 
 def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = None,
-                 blind: list[str] | None = None,
-                 watched: list[str] | None = None) -> tuple[list[str], list[str], list[str], bool]:
+                 blind: list[str] | None = None, watched: list[str] | None = None,
+                 links: dict[str, str] | None = None, pyc: list[str] | None = None,
+                 envs: list[str] | None = None) -> tuple[list[str], list[str], list[str], bool]:
     """One walk of ROOT, never through a symlink and never into a git directory: every
     `.git` below the top (directories, other entries), every DEEP name below the top
     (outside node_modules), complete: False when ROOT holds more than LIMIT entries.
@@ -384,14 +448,16 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
     BLIND every directory the caller cannot list (what is in it is unchecked: a
     workload's `chmod 0311` hid a nested repository there from an earlier walk that
     skipped it). WATCHED gets every WATCHED_DEEP name below the top (outside
-    node_modules)."""
+    node_modules). Outside the environments (ENV_DIRS): LINKS gets every symlink that
+    leads out of the project (with its target), PYC every compiled Python file; ENVS
+    gets every environment below the top, and every symlink named like one."""
     dirs: list[str] = []
     others: list[str] = []
     deep: list[str] = []
     n = 0
-    todo: list[tuple[str, bool]] = [("", False)]
+    todo: list[tuple[str, bool, bool]] = [("", False, False)]
     while todo:
-        rel, in_modules = todo.pop()
+        rel, in_modules, in_env = todo.pop()
         try:
             it = os.scandir(root / rel if rel else root)
         except FileNotFoundError:
@@ -421,8 +487,22 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
                     continue
                 if watched is not None and rel and not in_modules and e.name in WATCHED_DEEP:
                     watched.append(child)
+                env = not in_env and e.name in ENV_DIRS and (
+                    e.is_symlink() or is_dir and is_env(root / child, e.name))
+                if env and envs is not None and (rel or e.is_symlink()):
+                    envs.append(child)
+                if not in_env and not env:
+                    if links is not None and e.is_symlink():
+                        try:
+                            target = os.readlink(root / child)
+                        except OSError:
+                            target = ""
+                        if outward(child, target):
+                            links[child] = target
+                    elif pyc is not None and e.name.endswith((".pyc", ".pyo")):
+                        pyc.append(child)
                 if is_dir:
-                    todo.append((child, in_modules or e.name == "node_modules"))
+                    todo.append((child, in_modules or e.name == "node_modules", in_env or env))
         if bare is not None and is_layout(names):
             bare.append(rel or ".")
     return sorted(dirs), sorted(others), sorted(deep), True
