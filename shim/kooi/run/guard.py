@@ -47,7 +47,8 @@ from .envrc import envrc_targets
 from .forgery import ForgeryChecks
 from .fsat import open_dir, remove_at
 from .gitdata import MAX_VERIFY_BYTES, bound_problems
-from .made import KEEP, MadeByWorkload
+from .made import KEEP as KEEP  # re-exported: where kept work goes
+from .made import MadeByWorkload
 from .protected import (
     MAX_WALK,
     PROTECTED,
@@ -58,6 +59,7 @@ from .protected import (
     package_targets,
     present_exposed,
     py_modules,
+    py_top_names,
     walk_project,
 )
 from .shadows import Shadows, Throwaway
@@ -76,6 +78,7 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
     nested: tuple[str, ...] = ()  # the `.git` entries below the top before the run
     deep: tuple[str, ...] = ()  # the DEEP names below the top before the run
     py_own: tuple[str, ...] = ()  # the project's own modules named like a tool's (protected.py_modules)
+    py_top: tuple[str, ...] = ()  # every module at the project's top before the run (protected.py_top_names)
     watched_deep: tuple[str, ...] = ()  # the WATCHED_DEEP names below the top, before and after the run
     # What runs on the host from the project that kooi cannot keep a copy of (installed
     # git hooks, direnv layouts' directories): said in the record, never put back.
@@ -149,9 +152,12 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
         self.watched_deep = tuple(watched)
         self.links = links
         envrc, said = envrc_targets(self.root, (".envrc", *(d for d in deep if d.endswith("/.envrc"))))
-        editor, runs = editor_targets(self.root)
+        editor, runs = editor_targets(self.root, ("", *sorted({
+            d.rpartition("/")[0] for d in deep if d.rpartition("/")[2] in (".vscode", ".devcontainer",
+                                                                           ".devcontainer.json")})))
         extra += [t for t in envrc + package_targets(self.root) + editor if t not in extra]
         self.py_own = tuple(sorted(py_modules(self.root)))
+        self.py_top = tuple(sorted(py_top_names(self.root)))
         self.exposed = hooks + said + runs
         self.bare = tuple(bare)
         if blind:
@@ -281,7 +287,7 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
         for rel in deep:
             if rel in self.deep or any(rel == u or rel.startswith(u + "/") for u in self.unprotected):
                 continue
-            if any(rel.startswith(g + "/") for g in self.git_dirs) or rel.split("/", 1)[0] == KEEP:
+            if any(rel.startswith(g + "/") for g in self.git_dirs):
                 continue
             item = {"path": rel, "change": "created", "how": "put back"}
             refused.append(item)
@@ -395,9 +401,9 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
             refused.append({"path": rel, "change": change_of(b, a), "how": "put back"})
         # Remove what the workload created or made unreadable (deepest first), then
         # put back what was there (shallowest first).
-        # What the workload wrote there is its work: kept aside (KEEP) before the put-back
-        # (review 12), shallowest first (a created directory goes whole): what it created,
-        # and its version of a file it changed.
+        # What the workload wrote there is its work: kept in the run's archive (KEEP)
+        # before the put-back (review 12), shallowest first (a created directory goes
+        # whole): what it created, and its version of a file it changed.
         for item in sorted(refused, key=lambda r: len(Path(r["path"]).parts)):
             a, b = after.get(item["path"]), self.protected.get(item["path"])
             if a is None or not (b is None and a.kind in ("file", "dir") or b is not None and b.kind == a.kind == "file"):
@@ -443,6 +449,7 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
                 failed += [f"{r}: still differs after the restore" for r in left]
             except OSError as exc:
                 failed.append(f"the project's protected paths: {exc.strerror or exc}")
+        self._archive_close()
         watched = self.watched
         w_after = scan(self.root, (*WATCHED, *self.watched_deep), content=False,
                        strict=False) if watched is not None else {}
@@ -458,7 +465,11 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
                                                              if e["path"] not in {x["path"] for x in self.exposed}]
                                   + [{"path": e, "why": "an environment below the top: the host's tools and editors "
                                                         "run code from it there"} for e in self.envs
-                                     if "/" in e]}
+                                     if "/" in e]
+                                  + [{"path": m, "why": "a new top-level Python module: `python3 -m TOOL` and scripts "
+                                                        "in the project import it before an installed module of that "
+                                                        "name (kooi removes the names it knows the host has)"}
+                                     for m in sorted(set(py_top_names(self.root)) - set(self.py_top))]}
         if warning:
             record["warning"] = warning
         self.progress = None
@@ -475,7 +486,7 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
                 "watched": None if self.watched is None else {k: _entry_out(e) for k, e in self.watched.items()},
                 "extra": list(self.extra), "git_dirs": list(self.git_dirs), "nested": list(self.nested),
                 "deep": list(self.deep), "bare": list(self.bare), "watched_deep": list(self.watched_deep),
-                "py_own": list(self.py_own),
+                "py_own": list(self.py_own), "py_top": list(self.py_top),
                 "exposed": self.exposed,
                 "nested_ino": [[d, i, r] for (d, i), r in self.nested_ino.items()],
                 "shadow": None if self.shadow is None else str(self.shadow),
@@ -500,6 +511,7 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
             g.nested, g.deep, g.bare = (tuple(map(str, doc[k])) for k in ("nested", "deep", "bare"))
             g.watched_deep = tuple(map(str, doc.get("watched_deep", ())))  # a record of an older kooi has none
             g.py_own = tuple(map(str, doc.get("py_own", ())))
+            g.py_top = tuple(map(str, doc.get("py_top", ())))
             g.exposed = [{"path": str(e["path"]), "why": str(e["why"])} for e in doc.get("exposed", ())]
             g.nested_ino = {(int(d), int(i)): str(r) for d, i, r in doc["nested_ino"]}
             g.shadow = None if doc["shadow"] is None else Path(doc["shadow"])

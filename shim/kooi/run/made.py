@@ -1,22 +1,26 @@
 """What the workload made in the project where the host would run it, taken out after
 the run (run.guard): modules at the top that shadow what the host's Python imports,
-symlinks out of the project, compiled Python; and where its work goes instead of away
-(KEEP, review 12: an agent's own `types.py` was deleted)."""
+symlinks out of the project, compiled code; and where its work goes instead of away
+(KEEP, review 12: an agent's own `types.py` was deleted): a tar archive per run, so
+nothing kept has a name a tool reads (review 13: kept files under their own names were
+live settings again, and counted as protected paths in the next run)."""
 
 from __future__ import annotations
 
 import os
 import stat
-import urllib.parse
+import tarfile
 from pathlib import Path
+from typing import Any
 
 from .fsat import open_dir, remove_at
 from .protected import py_modules
 
 # Where the guard keeps the workload's work it took out of the project (created where a
-# tool on the host would run it): KEEP/RUN/PATH-with-slashes-quoted. A name no tool
-# reads (not a module, no DEEP name); its contents run nowhere.
+# tool on the host would run it): KEEP/RUN-ID.tar, each item under its project path.
 KEEP = ".kooi-removed"
+# The most one run keeps (bytes of regular files); past it, items are removed unkept.
+MAX_KEEP = 256 << 20
 # The most compiled Python files and outward symlinks listed one by one (the rest counted).
 MAX_LISTED = 20
 
@@ -30,6 +34,10 @@ class MadeByWorkload:
     links: dict[str, str]
     started: int | None
     py_own: tuple[str, ...]
+    _archive: tarfile.TarFile | None = None
+    _archive_name: str = ""
+    _archive_file: Any = None
+    _kept_bytes: int = 0
 
     def _shadows_created(self) -> tuple[list[dict[str, str]], list[str]]:
         """Modules the workload made at the project's top that shadow what the host's
@@ -48,14 +56,15 @@ class MadeByWorkload:
 
     def _remove_made(self, rel: str, item: dict[str, str] | None = None) -> str | None:
         """Remove REL, something the workload made, never through a symlink; None, or why
-        not. With ITEM (its refusal): a regular file or directory is moved to KEEP
-        instead (the workload's work, never lost), and ITEM says where."""
+        not. With ITEM (its refusal): kept in the run's archive first (the workload's
+        work, never lost), and ITEM says where."""
         parent, _, name = rel.rpartition("/")
         try:
             fd = open_dir(self.root, parent)
             try:
-                if item is None or not self._keep(fd, rel, item):
-                    remove_at(fd, name)
+                if item is not None:
+                    self._keep(fd, rel, item)
+                remove_at(fd, name)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -63,35 +72,63 @@ class MadeByWorkload:
         return None
 
     def _keep(self, fd: int, rel: str, item: dict[str, str]) -> bool:
-        """Move REL (its name in the directory FD) to KEEP/RUN/ under one flat name that
-        no tool reads (review 12: an agent's own types.py was lost); True when moved.
-        Never a symlink or anything of git's, never through a symlink (KEEP itself a
-        symlink: nothing is kept, the caller removes)."""
+        """Add REL (its name in the directory FD, which kooi opened without following a
+        link) to this run's archive KEEP/RUN-ID.tar before it is removed; True when
+        kept. Never anything of git's; a symlink is kept as a link. Not kept: past
+        MAX_KEEP, or where KEEP is not a directory of the project's own."""
         name = rel.rpartition("/")[2]
-        if not self.run_id or ".git" in rel.split("/") or rel.split("/", 1)[0] == KEEP:
+        if not self.run_id or ".git" in rel.split("/"):
             return False
         try:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            size = _size_at(fd, name, st, MAX_KEEP - self._kept_bytes)
+            if size is None or self._archive_open() is None:
                 return False
+            assert self._archive is not None
+            self._kept_bytes += size
+            self._archive.add(f"/proc/self/fd/{fd}/{name}", arcname=rel, recursive=True)
+            if self._archive_file is not None:
+                self._archive_file.flush()
+        except (OSError, tarfile.TarError):
+            return False
+        item["kept"] = f"{KEEP}/{self._archive_name}"
+        return True
+
+    def _archive_open(self) -> tarfile.TarFile | None:
+        if self._archive is None:
             top = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
             try:
-                for part in (KEEP, self.run_id):
-                    try:
-                        os.mkdir(part, 0o755, dir_fd=top)
-                    except FileExistsError:
-                        pass
-                    nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
-                    os.close(top)
-                    top = nfd
-                flat = urllib.parse.quote(rel, safe="")
-                os.rename(name, flat, src_dir_fd=fd, dst_dir_fd=top)
+                try:
+                    os.mkdir(KEEP, 0o755, dir_fd=top)
+                except FileExistsError:
+                    pass
+                kfd = os.open(KEEP, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+            except OSError:
+                return None  # a file or link of the workload's there: nothing is kept
             finally:
                 os.close(top)
-        except OSError:
-            return False
-        item["kept"] = f"{KEEP}/{self.run_id}/{flat}"
-        return True
+            try:
+                n = 0
+                while True:
+                    name = f"{self.run_id}{f'.{n}' if n else ''}.tar"
+                    try:
+                        afd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=kfd)
+                        break
+                    except FileExistsError:
+                        n += 1  # a check resumed after kooi was killed
+            finally:
+                os.close(kfd)
+            self._archive_file = os.fdopen(afd, "wb")
+            self._archive = tarfile.open(fileobj=self._archive_file, mode="w", format=tarfile.PAX_FORMAT)
+            self._archive_name = name
+        return self._archive
+
+    def _archive_close(self) -> None:
+        if self._archive is not None:
+            self._archive.close()
+            self._archive_file.close()
+            self._archive = self._archive_file = None
+            self._kept_bytes = 0
 
     def _outward_and_compiled(self, links: dict[str, str], pyc: list[str]) -> tuple[list[dict[str, str]], list[str]]:
         """Review 12: a symlink the workload made out of the project (`target/classes ->
@@ -101,7 +138,7 @@ class MadeByWorkload:
         environments (.venv, node_modules) are said instead (exposed)."""
         refused: list[dict[str, str]] = []
         failed: list[str] = []
-        new_links = sorted(r for r, t in links.items() if self.links.get(r) != t and r.split("/", 1)[0] != KEEP)
+        new_links = sorted(r for r, t in links.items() if self.links.get(r) != t)
         written = []
         for rel in pyc:
             try:
@@ -111,8 +148,8 @@ class MadeByWorkload:
                 pass
         for rel, change in [(r, f"created (a symlink out of the project, to {links[r][:200]}: what the host "
                                 "writes through it lands there)") for r in new_links] + \
-                           [(r, "written (compiled Python: it runs instead of its source, and no diff shows "
-                                "it)") for r in sorted(written)]:
+                           [(r, "written (compiled Python code: it runs instead of its source, and no diff "
+                                "shows it)") for r in sorted(written)]:
             if (why := self._remove_made(rel)) is not None:
                 failed.append(why)
             if len(refused) < MAX_LISTED:
@@ -123,3 +160,22 @@ class MadeByWorkload:
                                                        "files the run wrote, removed likewise", "how": "put back"})
         return refused, failed
 
+
+
+def _size_at(fd: int, name: str, st: os.stat_result, budget: int) -> int | None:
+    """Bytes of regular files in NAME (a file or a tree, never through a link), or None
+    past BUDGET."""
+    if not stat.S_ISDIR(st.st_mode):
+        n = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        return n if n <= budget else None
+    total = 0
+    dfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+    try:
+        for entry in os.scandir(dfd):
+            sub = _size_at(dfd, entry.name, entry.stat(follow_symlinks=False), budget - total)
+            if sub is None:
+                return None
+            total += sub
+    finally:
+        os.close(dfd)
+    return total

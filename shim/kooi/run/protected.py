@@ -35,7 +35,11 @@ _PY_OWN = frozenset({"test", "this", "antigravity", "__main__", "site"})
 # What Python imports as a module NAME from a directory on sys.path: NAME.py, NAME.pyc,
 # an extension (NAME.so, NAME.abi3.so, NAME.cpython-3XX-ARCH.so), or a package NAME/
 # with an __init__ of those kinds.
-_IMPORTABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z0-9_-]+)*\.(?:py|pyc|pyw|so)$")
+# The name may hold what no identifier does: importlib imports `_sysconfigdata__linux_
+# x86_64-linux-gnu` by name (review 13: venv ran one).
+_IMPORTABLE = re.compile(r"^([^.]+)(?:\.[A-Za-z0-9_-]+)*\.(?:py|pyc|pyw|so)$")
+# Imported by a name built at run time (the platform's): every such name shadows.
+_SHADOW_PREFIXES = ("_sysconfigdata",)
 
 
 # The standard library of the CPython versions other than kooi's own (3.8 to 3.14): a
@@ -95,9 +99,30 @@ def py_modules(root: Path) -> dict[str, list[str]]:
                 continue
             if inner:
                 out.setdefault(e.name, []).extend([e.name] if link else [f"{e.name}/{n}" for n in sorted(inner)])
-        elif not is_dir and (m := _IMPORTABLE.match(e.name)) and m.group(1) in names:
+        elif not is_dir and (m := _IMPORTABLE.match(e.name)) and (
+                m.group(1) in names or m.group(1).startswith(_SHADOW_PREFIXES)):
             out.setdefault(m.group(1), []).append(e.name)
     return out
+
+
+def py_top_names(root: Path) -> list[str]:
+    """Every module Python imports from ROOT's top (files of the importable kinds,
+    packages with an __init__), through symlinks as Python."""
+    out = set()
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    for e in entries:
+        try:
+            if e.is_dir():
+                if any(n.split(".", 1)[0] == "__init__" and _IMPORTABLE.match(n) for n in os.listdir(e.path)):
+                    out.add(e.name)
+            elif m := _IMPORTABLE.match(e.name):
+                out.add(m.group(1))
+        except OSError:
+            continue
+    return sorted(out)
 
 
 # Paths that execute on the host later: on `cd` (direnv, mise), in the editor (VS Code
@@ -312,13 +337,27 @@ def is_env(path: Path, name: str) -> bool:
     return os.path.exists(path / "pyvenv.cfg") or os.path.isdir(path / "conda-meta")
 
 
-def outward(rel: str, target: str) -> bool:
-    """A symlink at REL (relative to the project's top) with TARGET leads out of the
-    project, as read (what a host tool that writes through it reaches)."""
-    if target.startswith("/"):
+def leads_out(root: Path, real_root: str, rel: str) -> bool:
+    """The symlink at REL leads out of the project, as the host resolves it (through
+    other links: review 13's `build -> up/up/../..` with `up -> .`): what a host tool
+    that writes through it reaches."""
+    real = os.path.realpath(root / rel)
+    return not (real == real_root or real.startswith(real_root.rstrip("/") + "/"))
+
+
+# Compiled code Python runs instead of a module's source: byte code, and an extension
+# module (it wins over NAME.py; `*.so` is in the usual Python .gitignore).
+_EXTENSION = re.compile(r"^[^.]+\.(?:cpython-[^.]+|abi3|pypy[^.]*)\.so$")
+
+
+def compiled(name: str, rel: str, siblings: set[str]) -> bool:
+    """NAME (in the directory REL holding SIBLINGS) is compiled code Python imports."""
+    if name.endswith((".pyc", ".pyo")):
         return True
-    parent = os.path.dirname(rel)
-    return os.path.normpath(os.path.join(parent, target)).split("/", 1)[0] == ".."
+    if not name.endswith(".so"):
+        return False
+    return bool(_EXTENSION.match(name)) or not rel or "__init__.py" in siblings or \
+        f"{name.split('.', 1)[0]}.py" in siblings
 
 
 def installed_hooks(root: Path, gitdir: Path, config: str) -> list[dict[str, str]]:
@@ -454,6 +493,7 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
     dirs: list[str] = []
     others: list[str] = []
     deep: list[str] = []
+    real_root = os.path.realpath(root)
     n = 0
     todo: list[tuple[str, bool, bool]] = [("", False, False)]
     while todo:
@@ -468,41 +508,42 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
             continue
         names: set[str] = set()
         with it:
-            for e in it:
-                n += 1
-                if n > limit:
-                    return sorted(dirs), sorted(others), sorted(deep), False
-                names.add(e.name)
-                child = f"{rel}/{e.name}" if rel else e.name
+            entries = list(it)
+        names_here = {e.name for e in entries}
+        for e in entries:
+            n += 1
+            if n > limit:
+                return sorted(dirs), sorted(others), sorted(deep), False
+            names.add(e.name)
+            child = f"{rel}/{e.name}" if rel else e.name
+            try:
+                is_dir = e.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if e.name == ".git":
+                if rel:
+                    (dirs if is_dir else others).append(child)
+                continue
+            if rel and not in_modules and e.name in DEEP:
+                deep.append(child)
+                continue
+            if watched is not None and rel and not in_modules and e.name in WATCHED_DEEP:
+                watched.append(child)
+            link = e.is_symlink()
+            out = link and links is not None and not in_env and leads_out(root, real_root, child)
+            if out and links is not None:
                 try:
-                    is_dir = e.is_dir(follow_symlinks=False)
+                    links[child] = os.readlink(root / child)
                 except OSError:
-                    continue
-                if e.name == ".git":
-                    if rel:
-                        (dirs if is_dir else others).append(child)
-                    continue
-                if rel and not in_modules and e.name in DEEP:
-                    deep.append(child)
-                    continue
-                if watched is not None and rel and not in_modules and e.name in WATCHED_DEEP:
-                    watched.append(child)
-                env = not in_env and e.name in ENV_DIRS and (
-                    e.is_symlink() or is_dir and is_env(root / child, e.name))
-                if env and envs is not None and (rel or e.is_symlink()):
-                    envs.append(child)
-                if not in_env and not env:
-                    if links is not None and e.is_symlink():
-                        try:
-                            target = os.readlink(root / child)
-                        except OSError:
-                            target = ""
-                        if outward(child, target):
-                            links[child] = target
-                    elif pyc is not None and e.name.endswith((".pyc", ".pyo")):
-                        pyc.append(child)
-                if is_dir:
-                    todo.append((child, in_modules or e.name == "node_modules", in_env or env))
+                    links[child] = "?"
+            env = not out and not in_env and e.name in ENV_DIRS and (
+                link or is_dir and is_env(root / child, e.name))
+            if env and envs is not None and (rel or link):
+                envs.append(child)
+            if pyc is not None and not in_env and not env and not link and compiled(e.name, rel, names_here):
+                pyc.append(child)
+            if is_dir:
+                todo.append((child, in_modules or e.name == "node_modules", in_env or env))
         if bare is not None and is_layout(names):
             bare.append(rel or ".")
     return sorted(dirs), sorted(others), sorted(deep), True
