@@ -182,6 +182,8 @@ class Rules:
     def ensure_volume(self, name: str) -> Decision | None:
         """A named volume the run mounts must be its own; a new one is created labelled
         (Docker would create it unlabelled, out of the run's cleanup)."""
+        if name.startswith(labels.HOME_VOLUME_PREFIX):
+            return deny(f"volume {name[:80]!r}: names {labels.HOME_VOLUME_PREFIX}* are kooi's sessions' kept homes")
         status, _ = self.up.call("GET", f"/volumes/{urllib.parse.quote(name, safe='')}")
         if status == 200:
             return self.owns("volume", name)

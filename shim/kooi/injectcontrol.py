@@ -23,7 +23,7 @@ from .hoststate.secrets import SecretsConfig, value_key
 from .inject import InjectError
 
 PLACEHOLDER_PREFIX = "kooi-placeholder-"
-RUN_RE = re.compile(r"^[A-Za-z0-9._-]{1,160}$")
+RUN_RE = re.compile(r"^[A-Za-z0-9._-]{1,160}\Z")
 # Requests of one run forwarded at once (its slots; kooi.injectproxy takes them).
 MAX_PER_RUN = 16
 MAX_RECORDED = 200

@@ -66,8 +66,10 @@ def body_refusal(sdef: SecretDef, body: bytes) -> tuple[int, str] | None:
     """Why the route SDEF does not forward BODY (status, message), or None. With body
     anthropic-messages: a JSON object (no key twice anywhere: the API's parser and
     this one must not see different requests) without the MCP connector
-    (mcp_servers) and without server-side tools (web fetch and search, code
-    execution, any typed tool but the client's own) unless server_tools names them."""
+    (mcp_servers), without server-side tools (web fetch and search, code
+    execution, any typed tool but the client's own) and without content the API
+    fetches from a URL (image and document blocks with a url source), unless
+    server_tools names them (mcp, a tool's type, url_sources)."""
     if sdef.body != "anthropic-messages":
         return None
     try:
@@ -96,7 +98,26 @@ def body_refusal(sdef: SecretDef, body: bytes) -> tuple[int, str] | None:
             continue
         return 403, (f"the server tool {kind[:80]} is not allowed for secret {sdef.name} (the API runs it, reaching "
                      "hosts the request names); the operator allows it with server_tools")
+    if "url_sources" not in sdef.server_tools and (where := _url_source(doc)):
+        return 403, (f"a content block with a URL source ({where}) is not allowed for secret {sdef.name} (the API "
+                     "fetches the URL, a host the request names); the operator allows it with server_tools: "
+                     "[url_sources]")
     return None
+
+
+def _url_source(node: Any, depth: int = 0) -> str:
+    """Where NODE holds a content block the API fetches from a URL itself (an image or
+    document whose source is {"type": "url"}; review 14): its type, or ""."""
+    if depth > 64:
+        return "nesting"
+    if isinstance(node, dict):
+        src = node.get("source")
+        if isinstance(src, dict) and src.get("type") == "url":
+            return str(node.get("type", "a block"))[:40]
+        return next((w for v in node.values() if (w := _url_source(v, depth + 1))), "")
+    if isinstance(node, list):
+        return next((w for v in node if (w := _url_source(v, depth + 1))), "")
+    return ""
 
 
 def _error_body(kind: str, message: str) -> bytes:

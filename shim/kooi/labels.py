@@ -70,3 +70,8 @@ def lock_key_of(labels: dict[str, str]) -> str:
     gc took a live run's containers for a dead one's), else rebuilt from the path."""
     key = labels.get(LOCK, "")
     return key if _LOCK_NAME.fullmatch(key) else lock_key(labels.get(PROJECT, ""))
+
+
+# The names of sessions' kept homes (run.session.home_volume): kooi's own, never a
+# workload's (review 14: bob's Testcontainers made alice's before her first session).
+HOME_VOLUME_PREFIX = "kooi-home."

@@ -138,9 +138,6 @@ def start(cfg: EngineConfig, who: Caller, name: str, project: Path, timeout: flo
     """Start WHO's session of workflow NAME on PROJECT, supervised by a process of its
     own; returns once its container runs ({"started": run id, "log": ...}) or the run
     ended before that ({"result": the run's result})."""
-    from .run.context import SessionRun
-    from .run.execute import execute
-    from .run.session import home_volume
 
     try:
         wf = workflow.load(name, workflow_dir or workflow.WORKFLOW_DIR)
@@ -148,6 +145,46 @@ def start(cfg: EngineConfig, who: Caller, name: str, project: Path, timeout: flo
         raise SessionError(str(exc)) from None
     if wf.session is None:
         raise SessionError(f"{wf.path}: not a session workflow (no key 'session'); run it with `kooi run {name}`")
+    # One start at a time per person and workflow, from the look for a running one until
+    # it runs (review 14: two at once, e.g. VS Code's parallel SSH connections, both
+    # started, on one kept home, and every later command refused the pair).
+    from .run import RUN_DIR
+
+    lock = _start_lock(RUN_DIR / "sessions" / f"{who.person}.{name}.start-lock", timeout, cfg.runner_uid)
+    try:
+        return _start_locked(cfg, who, name, project, wf, timeout, workflow_dir, engine_config)
+    finally:
+        os.close(lock)
+
+
+def _start_lock(path: Path, timeout: float, runner_uid: int) -> int:
+    import fcntl
+
+    try:
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        if os.geteuid() == 0:
+            os.fchown(fd, runner_uid, -1)  # the runner (the SSH gate) takes it too
+    except OSError as exc:
+        raise SessionError(f"cannot take {path} ({exc.strerror or exc}); re-run site.yml", EXIT_UNAVAILABLE) from None
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > end:
+                os.close(fd)
+                raise SessionError(f"another start of this session holds {path} for {timeout:g} s", 75) from None
+            time.sleep(0.1)
+
+
+def _start_locked(cfg: EngineConfig, who: Caller, name: str, project: Path, wf: Any, timeout: float,
+                  workflow_dir: Path | None, engine_config: Path | None) -> dict[str, Any]:
+    from .run.context import SessionRun
+    from .run.execute import execute
+    from .run.session import home_volume
+
     if any(s.running for s in find(cfg, who, name)):
         raise SessionError(f"{who.person}'s session of {name} is running already: `kooi session attach {name}`", 75)
     home = home_volume(who.person, name)

@@ -26,7 +26,7 @@ from .hoststate.secrets import SecretsConfig
 
 WORKFLOW_DIR = Path(os.environ.get("KOOI_WORKFLOW_DIR", paths.WORKFLOWS))
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "workflow.schema.json"
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
 # Weakest to strongest; a workflow's min_isolation refuses anything below it.
 ISOLATION_LEVELS = ("jail", "userns_remap", "rootless", "gvisor")
 

@@ -170,7 +170,14 @@ def test_the_home_is_kept_across_stop_and_start_until_reset(host, project, sessi
     busy = kooi(wfdir, "reset", "shell", "--person", "alice", check=False)
     assert busy.returncode == 75, busy.stderr
     kooi(wfdir, "stop", "shell", "--person", "alice")
-    started(wfdir, proj, "alice")
+    # Two starts at once (VS Code opens several SSH connections): one session, the other
+    # start finds it (review 14: both ran, on one home, and every command refused them).
+    other = project("python-example")
+    both = [subprocess.Popen([KOOI, "session", "start", "shell", "--project", str(p), "--person", "alice"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "KOOI_WORKFLOW_DIR": str(wfdir)}) for p in (proj, other)]
+    codes = sorted((b.wait(timeout=300), b.stderr.read() if b.stderr else "") for b in both)
+    assert codes[0][0] == 0 and codes[1][0] == 75 and "running already" in codes[1][1], codes
     out = sh("cat ~/.history-of-alice ~/.config/kooi-seed.txt").stdout
     assert out.split() == ["kept", "changed"], out  # kept, and the seed is not written over
     kooi(wfdir, "stop", "shell", "--person", "alice")

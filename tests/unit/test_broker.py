@@ -289,6 +289,14 @@ def test_networks_and_volumes_are_created_labelled():
     assert d.allow and json.loads(req.body)["Labels"][labels.RUN] == "run-1"
     with pytest.raises(BadRequest):
         decide(broker()[0], "POST", "/volumes/create", {"Name": "v", "Labels": "x"})
+    # Review 14: a session's kept home is kooi's name: not made by a run, not by a mount.
+    b, eng = broker()
+    d, _ = decide(b, "POST", "/volumes/create", {"Name": "kooi-home.alice.claude-session"})
+    assert not d.allow and "kept homes" in d.reason, d.reason
+    d = b.rules.container_create({"Image": "x", "HostConfig": {"Mounts": [
+        {"Type": "volume", "Source": "kooi-home.alice.claude-session", "Target": "/h"}]}})
+    assert d is not None and not d.allow and "kept homes" in d.reason
+    assert ("POST", "/volumes/create") not in eng.calls
 
 
 def test_listings_and_prunes_see_only_the_runs_objects():

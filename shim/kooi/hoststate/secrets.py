@@ -32,11 +32,11 @@ from . import _json, paths, read
 from .errors import HostStateError
 
 PATH = Path(os.environ.get("KOOI_SECRETS_CONFIG", paths.SECRETS))
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-PERSON_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")  # kooi.workflow.NAME_RE: persons are named alike
-ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$")
-UPSTREAM_RE = re.compile(r"^https://([A-Za-z0-9.-]+)(?::([0-9]{1,5}))?$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}\Z")
+PERSON_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")  # kooi.workflow.NAME_RE: persons are named alike
+ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}\Z")
+UPSTREAM_RE = re.compile(r"^https://([A-Za-z0-9.-]+)(?::([0-9]{1,5}))?\Z")
 MODES = ("inject", "environment")
 # What the injector checks in a request body before it forwards it (injectproxy.body_refusal):
 # none, or the Anthropic Messages API's (no MCP connector, no server-side tools but

@@ -20,7 +20,7 @@ PATH = Path(paths.SSH)
 # A public key as OpenSSH writes it: type, base64, an optional comment.
 KEY_RE = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com|"
                     r"sk-ecdsa-sha2-nistp256@openssh\.com) ([A-Za-z0-9+/]+={0,3})(?: [^\n]*)?$")
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
 
 
 @dataclass(frozen=True)

@@ -388,6 +388,7 @@ def _finish(path: Path, doc: dict[str, Any], cfg: EngineConfig | None, log: Log,
             return f"run {run_id}'s record names {recorded}, which is now another directory: kept ({path})"
         raise refused(_not_there(path, doc))
     gone = _remove_containers(cfg, run_id) if doc.get("mode") != "jail" else []
+    res.secrets = _release_secrets(run_id)
     if where is None:
         res.end = now()
         res.message = (f"kooi run died during the run without a result (SIGKILL: the OOM killer or an operator); "
@@ -417,6 +418,30 @@ def _finish(path: Path, doc: dict[str, Any], cfg: EngineConfig | None, log: Log,
     res.project_guard = record
     res.cleanup = {"containers": gone, "failed": []}
     return _done(path, res, record, gone, by, where)
+
+
+def _release_secrets(run_id: str) -> dict[str, Any] | None:
+    """The injector's placeholders of a run whose kooi died die with its containers
+    (review 14: a killed session's stayed live until its timeout); what they were used
+    for goes into its result. None where the host holds no secrets or the injector
+    knows no such run."""
+    from .. import inject
+    from ..hoststate import HostStateError
+    from ..hoststate import secrets as secrets_state
+
+    try:
+        sc = secrets_state.load()
+        rec = inject.call(sc, {"op": "release", "run": run_id}).get("record") if sc and sc.injected else None
+    except (HostStateError, inject.InjectError):
+        return None
+    if not rec:
+        return None
+    assert sc is not None
+    return {"injected": {n: {"env": sc.secrets[n].env, "base_url": "", "upstream": sc.secrets[n].upstream,
+                             "paths": list(sc.secrets[n].paths)} for n in rec.get("secrets", []) if n in sc.secrets},
+            "environment": [],
+            "forwarded": rec.get("forwarded", 0), "refused": rec.get("refused", []),
+            "requests": rec.get("requests", [])}
 
 
 def _same_place(doc: dict[str, Any], near: Path) -> bool:

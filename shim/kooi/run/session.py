@@ -50,7 +50,7 @@ os.execvp("tmux", ["tmux", "-D", "-f", "{TMUX_CONF}"])
 
 def home_volume(person: str, workflow: str) -> str:
     """The engine volume kept as PERSON's home in sessions of WORKFLOW."""
-    return f"kooi-home.{person}.{workflow}"
+    return f"{labels.HOME_VOLUME_PREFIX}{person}.{workflow}"
 
 
 def tmux_conf(wf: Workflow) -> str:
