@@ -152,7 +152,7 @@ def start(cfg: EngineConfig, who: Caller, name: str, project: Path, timeout: flo
 
     lock = _start_lock(RUN_DIR / "sessions" / f"{who.person}.{name}.start-lock", timeout, cfg.runner_uid)
     try:
-        return _start_locked(cfg, who, name, project, wf, timeout, workflow_dir, engine_config)
+        return _start_locked(cfg, who, name, project, wf, timeout, workflow_dir, engine_config, lock)
     finally:
         os.close(lock)
 
@@ -180,7 +180,7 @@ def _start_lock(path: Path, timeout: float, runner_uid: int) -> int:
 
 
 def _start_locked(cfg: EngineConfig, who: Caller, name: str, project: Path, wf: Any, timeout: float,
-                  workflow_dir: Path | None, engine_config: Path | None) -> dict[str, Any]:
+                  workflow_dir: Path | None, engine_config: Path | None, lock: int) -> dict[str, Any]:
     from .run.context import SessionRun
     from .run.execute import execute
     from .run.session import home_volume
@@ -195,6 +195,7 @@ def _start_locked(cfg: EngineConfig, who: Caller, name: str, project: Path, wf: 
         code = 0
         try:
             os.close(r)
+            os.close(lock)  # the start lock is the caller's, until the session runs (a flock is shared on fork)
             os.setsid()
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
