@@ -511,7 +511,9 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
             g.nested, g.deep, g.bare = (tuple(map(str, doc[k])) for k in ("nested", "deep", "bare"))
             g.watched_deep = tuple(map(str, doc.get("watched_deep", ())))  # a record of an older kooi has none
             g.py_own = tuple(map(str, doc.get("py_own", ())))
-            g.py_top = tuple(map(str, doc.get("py_top", ())))
+            # A record of an older kooi has none: what is there now counts as there before
+            # (else every module of the project would be said new).
+            g.py_top = tuple(map(str, doc["py_top"])) if "py_top" in doc else tuple(py_top_names(g.root))
             g.exposed = [{"path": str(e["path"]), "why": str(e["why"])} for e in doc.get("exposed", ())]
             g.nested_ino = {(int(d), int(i)): str(r) for d, i, r in doc["nested_ino"]}
             g.shadow = None if doc["shadow"] is None else Path(doc["shadow"])
