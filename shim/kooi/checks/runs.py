@@ -164,7 +164,8 @@ def run_lock(host: Host, ctx: Context) -> Outcome:
 def run_project_guard(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
-    prep = f"mkdir -p {PROJECT}/.git/hooks && rm -f {PROJECT}/.envrc {PROJECT}/.git/hooks/post-checkout"
+    prep = (f"mkdir -p {PROJECT}/.git/hooks && rm -f {PROJECT}/.envrc {PROJECT}/.git/hooks/post-checkout && "
+            f"rm -rf {PROJECT}/.kooi-removed")  # earlier checks' archives of what they kept
     host.run(f"{ctx.runner_prefix} sh -c {shlex.quote(prep)}")
     _script(host, ctx, "cd /workspace; (echo evil > .git/hooks/post-checkout) 2>/dev/null && echo HOOK=written; "
                        "echo evil > .envrc; echo GUARD-DONE")
@@ -181,10 +182,11 @@ def run_project_guard(host: Host, ctx: Context) -> Outcome:
     if host.file(f"{PROJECT}/.git/hooks/post-checkout").exists or host.file(f"{PROJECT}/.envrc").exists:
         bad.append("a protected path the workload wrote is still there after the run")
     guard = res.get("project_guard") or {}
-    refused = guard.get("refused", [])
+    refused = [{k: r.get(k) for k in ("path", "change", "how")} for r in guard.get("refused", [])]
     # Shadowed, not put back: the write never reached the project, even while the run lasted.
     if {"path": ".git/hooks/post-checkout", "change": "created", "how": "shadowed"} not in refused:
         bad.append(f"the result does not list the hook written into the copy: {refused}")
+    # Put back (and the workload's version kept in the run's archive, `kept`).
     if {"path": ".envrc", "change": "created", "how": "put back"} not in refused:
         bad.append(f"the result does not list the .envrc it put back: {refused}")
     if bad:
