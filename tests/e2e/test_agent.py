@@ -295,7 +295,19 @@ def test_claude_code_tui_in_a_persons_session_with_their_own_subscription(host, 
             time.sleep(0.5)
         tmux("send-keys", "-t", t1, "Enter")
         wait_for(t1, "bypass permissions on", timeout=60)
-        typed(t1, f"{TUI_MARKER}: run the Testcontainers build")
+        # The prompt, then Enter once it shows: a key that arrives with the text is taken as
+        # part of a paste, not a submit (CI of 58d10c7, under load); Enter again until the
+        # CLI works on it.
+        tmux("send-keys", "-t", t1, "-l", f"{TUI_MARKER}: run the Testcontainers build")
+        wait_for(t1, "run the Testcontainers build")
+        end = time.monotonic() + 60
+        while True:
+            tmux("send-keys", "-t", t1, "Enter")
+            time.sleep(3)
+            now = screen(t1)
+            if "esc to interrupt" in now or "TUI-DONE" in now or "Ran " in now:
+                break
+            assert time.monotonic() < end, now
         shown += wait_for(t1, "TUI-DONE", timeout=900)
         # A dropped terminal; the CLI goes on in the session, and a new attach shows it.
         tmux("kill-session", "-t", t1)
