@@ -66,11 +66,16 @@ _VARS = ("${workspaceFolder}", "${workspaceRoot}", "${localWorkspaceFolder}", "$
 _RUNS_KEY = re.compile(r"(?:path|Path|executable|Executable|command|Command|interpreter|Interpreter)$")
 
 
+def _expand(text: str, root: Path) -> str:
+    for var in _VARS:
+        text = text.replace(var, str(root))
+    return text
+
+
 def _named(root: Path, base: Path, command: str) -> list[str]:
     """The project's regular files COMMAND names (./x, dir/x, ${workspaceFolder}/x;
     also inside `a&&b`, `a;b`, `a|b`), relative paths from BASE."""
-    for var in _VARS:
-        command = command.replace(var, str(root))
+    command = _expand(command, root)
     try:
         words = shlex.split(command)
     except ValueError:
@@ -155,8 +160,7 @@ def _targets(root: Path, base: str, keep: list[str], said: list[dict[str, str]])
         for t in tasks:
             if (t.get("runOptions") or {}).get("runOn") == "folderOpen":
                 for cmd, cwd in _task_commands(t, by_label, set()) or [(str(t.get("label", "a task")), "")]:
-                    for var in _VARS:
-                        cwd = cwd.replace(var, str(root))
+                    cwd = _expand(cwd, root)
                     runs(rel_of(name), cmd, "when the folder opens in VS Code (a folderOpen task)",
                          Path(os.path.normpath(at / cwd)) if cwd else at)
     for name in (".vscode/settings.json", *workspaces):

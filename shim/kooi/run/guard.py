@@ -96,7 +96,7 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
     # half-way goes on from there (run.deadrun), never compares a throwaway it already
     # copied back and removed.
     progress: dict[str, Any] | None = None
-    run_id: str = ""  # names the run's directory in KEEP, where the workload's removed work is kept
+    run_id: str = ""  # names the run's archive in KEEP, where the workload's removed work is kept
     links: dict[str, str] = field(default_factory=dict)  # symlinks out of the project before the run
     envs: tuple[str, ...] = ()  # environments below the top after the run (protected.walk_project)
     # When the workload started (ns, a little before): what changed in git's real
@@ -408,17 +408,8 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
             a, b = after.get(item["path"]), self.protected.get(item["path"])
             if a is None or not (b is None and a.kind in ("file", "dir") or b is not None and b.kind == a.kind == "file"):
                 continue
-            if any(item["path"].startswith(k["path"] + "/") for k in refused if k.get("kept")):
-                continue
-            parent = item["path"].rpartition("/")[0]
-            try:
-                fd = open_dir(self.root, parent)
-                try:
-                    self._keep(fd, item["path"], item)
-                finally:
-                    os.close(fd)
-            except OSError:
-                pass
+            if not any(item["path"].startswith(k["path"] + "/") for k in refused if k.get("kept")):
+                self._keep_rel(item["path"], item)
         for item in sorted(refused, key=lambda r: -len(Path(r["path"]).parts)):
             a = after.get(item["path"])
             if item["path"] not in self.protected or (a is not None and a.kind == "unreadable"):

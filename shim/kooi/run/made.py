@@ -71,6 +71,17 @@ class MadeByWorkload:
             return f"{rel}: {exc.strerror or exc}"
         return None
 
+    def _keep_rel(self, rel: str, item: dict[str, str]) -> None:
+        """_keep of REL, its directory opened from the project's top without a link."""
+        try:
+            fd = open_dir(self.root, rel.rpartition("/")[0])
+        except OSError:
+            return
+        try:
+            self._keep(fd, rel, item)
+        finally:
+            os.close(fd)
+
     def _keep(self, fd: int, rel: str, item: dict[str, str]) -> bool:
         """Add REL (its name in the directory FD, which kooi opened without following a
         link) to this run's archive KEEP/RUN-ID.tar before it is removed; True when
