@@ -275,8 +275,14 @@ def build(client: _ImageClient, context: Path, lock: Lock, name: str = "runner",
     verified like a fresh build."""
     h = inputs_hash(context, lock.base_digest)
     tag = f"{repo}:{h[:12]}"
-    existing = client.images.list(filters={"label": f"{labels.INPUTS}={h}"})
     pins = read_pins(pins_path)
+    # Only an image kooi pinned (built or loaded, and verified) counts as already built:
+    # the inputs' label is a string anyone can write, and an image built FROM the runner
+    # image inherits it (a workload can pull one through the broker; kooi took the first
+    # labelled image for the runner image and pinned it unverified).
+    mine = {p.id for p in pins.values()}
+    existing = [img for img in client.images.list(filters={"label": f"{labels.INPUTS}={h}"})
+                if img.id in mine and img.labels.get(labels.INPUTS) == h]
     want_pin = None
     if existing:
         img = existing[0]

@@ -180,3 +180,31 @@ def test_later_package_installs_stay_stripped_of_setuid(engine, pinned):
     """, "--user", "0")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "MODE 755" in res.stdout and "SUID" not in res.stdout, res.stdout
+
+
+def test_an_image_that_claims_the_runners_inputs_is_never_pinned(engine, pinned):
+    """Found building image variants (session 28): an image built FROM the runner image
+    inherits its labels, org.kooi.inputs among them, and `kooi image build` (site.yml)
+    took the first image carrying the inputs' label for the runner image and pinned it,
+    unverified, as every later run's image. A workload can bring such an image onto the
+    runner's engine (pulls through the broker are allowed; the label is a string anyone
+    can write). Only the image kooi built or loaded and verified is pinned."""
+    drop_e2e_images(engine)
+    d = Path(tempfile.mkdtemp(prefix="kooi-e2e-claims-", dir="/var/tmp"))
+    d.chmod(0o755)
+    (d / "Containerfile").write_text(f"FROM {pinned['id']}\nLABEL org.kooi.inputs={pinned['inputs']} "
+                                     "org.kooi.image=e2e e2e.claims=1\n")
+    (d / "Containerfile").chmod(0o644)
+    made = docker(engine, "build", "-q", "-f", str(d / "Containerfile"), str(d))
+    shutil.rmtree(d)
+    assert made.returncode == 0, made.stderr
+    claimer = made.stdout.strip()
+    try:
+        res, out = build(CONTEXT)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert out["id"] == pinned["id"] and out["changed"] is False, out
+        assert json.loads(Path("/etc/kooi/images.json").read_text())["runner"] == pinned
+        tagged = docker(engine, "image", "inspect", "--format", "{{.Id}}", pinned["tag"]).stdout.strip()
+        assert tagged == pinned["id"], f"{pinned['tag']} names {tagged}, not the pinned image"
+    finally:
+        docker(engine, "rmi", "-f", claimer)
