@@ -347,3 +347,86 @@ echo "wrote: $(ls {project}/.kooi-hostile-wrote 2>/dev/null)"
     if mode == "container" and finisher != "queued":
         assert {".envrc", "deep/er/.envrc"} <= paths or {".envrc", "deep"} <= paths, res["project_guard"]
     assert host.run(f"ls {MARK}-* 2>/dev/null").stdout.strip() == ""
+
+
+# The fifteenth review: what the host's tools take from the project besides git's own
+# configuration, each hidden from a review of `git status`:
+# - a package next to a module of the project's (Python imports `app/` before `app.py`),
+#   ignored by a .gitignore of its own;
+# - the refs a review compares against (the remote-tracking branch, a tag) moved to the
+#   run's commit: `git diff origin/main` shows nothing;
+# - pytest 9's own configuration (pytest.toml) loading a plugin, hidden by a .gitignore
+#   that ignores itself;
+# - a protected file staged in the index, not in the work tree (`git checkout -- .`
+#   on the host writes it);
+# - a protected directory that is a link into the project (.vscode -> tools/vscode):
+#   its files changed through the target.
+REVIEW15 = r"""
+cd /workspace
+export GIT_AUTHOR_NAME=w GIT_AUTHOR_EMAIL=w@w GIT_COMMITTER_NAME=w GIT_COMMITTER_EMAIL=w@w
+mkdir -p app && printf 'import os\nos.system("touch %s-package")\n' "$MARK" > app/__init__.py \
+  && printf '*\n' > app/.gitignore; echo "HOSTILE package $?"
+echo "# the run" >> app.py && git commit -qam work && git update-ref refs/remotes/origin/main HEAD \
+  && git tag -f v1.0 HEAD >/dev/null; echo "HOSTILE refs $?"
+mkdir -p tests && printf '[pytest]\naddopts = ["-p", "tests.zz_plug"]\n' > pytest.toml \
+  && printf 'import os\nos.system("touch %s-plugin")\n' "$MARK" > tests/zz_plug.py \
+  && printf 'zz_plug.py\n.gitignore\n' > tests/.gitignore; echo "HOSTILE pytest $?"
+echo "touch $MARK-staged" > .envrc && git add .envrc && rm .envrc; echo "HOSTILE staged $?"
+printf '{"version": "2.0.0", "tasks": [{"label": "x", "type": "shell", "command": "touch %s-linked",
+  "runOptions": {"runOn": "folderOpen"}}]}\n' "$MARK" > tools/vscode/tasks.json; echo "HOSTILE linked $?"
+echo "HOSTILE done"
+"""
+
+
+@pytest.fixture(scope="module", params=["container", "jail"])
+def review15(request, host, ctx):
+    mode = request.param
+    name = f"hostile-review15-{mode}"
+    project = f"{ctx.engine.runner_home}/kooi-hostile/{name}"
+    env = {"MARK": MARK, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+    doc: dict = {"mode": mode, "timeout": 120, "environment": env, "command": ["sh", "-c", REVIEW15]}
+    if mode == "container":
+        doc["image"] = "runner"
+    text = yaml.safe_dump(doc, sort_keys=False)
+    host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/{name}.yml "
+             f"&& chmod 0644 {WFDIR}/{name}.yml; rm -f {MARK}-*; rm -rf {project}")
+    setup = (f"mkdir -p {project}/tools/vscode && cd {project} && git init -q . && echo 'X = 1' > app.py"
+             " && echo '{}' > tools/vscode/tasks.json && ln -s tools/vscode .vscode && git add -A"
+             " && git -c user.email=t@t -c user.name=t commit -q -m init"
+             " && git update-ref refs/remotes/origin/main HEAD && git tag v1.0")
+    assert as_runner(host, ctx, setup).succeeded
+    out = f"/var/lib/kooi/runs/{name}.json"
+    run = host.run(f"rm -f {out}; KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {shlex.quote(project)} "
+                   f"--json {out}")
+    result = json.loads(host.file(out).content_string) if host.file(out).exists else {}
+    # What the host does next: import the project's module, discard the changes git shows.
+    as_runner(host, ctx, f"cd {project} && python3 -c 'import app'")
+    host.run(f"cd {project} && git -c safe.directory='*' checkout -- . >/dev/null 2>&1")
+    after = host.run(f"ls {MARK}-* 2>/dev/null").stdout.strip()
+    yield mode, project, run, result, after
+    host.run(f"rm -f {MARK}-*")
+
+
+def test_review15_nothing_of_the_workloads_runs_on_the_host(host, ctx, review15):
+    mode, project, run, result, after = review15
+    assert "HOSTILE done" in run.stdout and run.rc == 0, run.stdout[-3000:] + run.stderr
+    for step in ("package", "refs", "pytest", "staged", "linked"):
+        assert f"HOSTILE {step} 0" in run.stdout, (step, run.stdout[-3000:])
+    assert after == "", f"{mode}: the host ran the workload's code: {after}"
+    assert host.file(f"{project}/.vscode/tasks.json").content_string.strip() == "{}"
+    assert not host.file(f"{project}/.envrc").exists, "the host's `git checkout -- .` wrote the staged .envrc"
+
+
+def test_review15_what_the_workload_did_is_listed(host, ctx, review15):
+    mode, project, run, result, after = review15
+    guard = result["project_guard"]
+    refused = {r["path"]: r for r in guard["refused"]}
+    assert "tools/vscode/tasks.json" in refused, guard["refused"]
+    assert "app/__init__.py" in refused and "kept" in refused["app/__init__.py"], guard["refused"]
+    assert ".git/index" in refused, guard["refused"]  # the staged .envrc: the project's index kept
+    changed = {c["path"] for c in guard["watched_changed"]}
+    assert {"pytest.toml", "tests/.gitignore", "app/.gitignore", ".git/refs/remotes/origin/main",
+            ".git/refs/tags/v1.0"} <= changed, guard["watched_changed"]
+    # the work itself reached the host: the commit, and the refs as the workload left them
+    log = as_runner(host, ctx, f"git -C {project} log --format=%s -1").stdout.strip()
+    assert log == "work", log

@@ -114,3 +114,35 @@ def _hidden(proj: Path, wfdir: Path, user: str) -> None:
     subprocess.run(["chmod", "0311", str(proj / "hid")], check=True)
     res, result = kooi_run("hide-probe", proj, wfdir)
     assert res.returncode == 126 and "cannot list" in result["message"] and "HIDDEN" not in res.stdout, result
+
+
+PLACES = ["{home}/.config/kooi-e2e-place", "{home}/.local/share/kooi-e2e-place", "/run/user/{uid}/kooi-e2e-place",
+          "/var/lib/kooi/runs/kooi-e2e-place", "{home}/.config"]
+
+
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize("mode", ["jail", "container"])
+def test_the_runners_and_koois_own_places_are_no_project(host, wfdir, place, mode):
+    """Fifteenth review (F1): kooi took any directory the runner owns as a project: the
+    runner's ~/.config (a jail wrote git/config there: every git of the runner's ran its
+    fsmonitor), its runtime directory (a jail reached the rootless engine's raw socket),
+    kooi's own run state (results and guard records a jail forged). Refused before
+    anything runs, for root and the runner."""
+    user = host["runner_user"]
+    path = Path(place.format(home=host["runner_home"], uid=host["runner_uid"]))
+    made = not path.exists()
+    (path / "kooi-e2e-place-written").unlink(missing_ok=True)
+    if made:
+        subprocess.run(["install", "-d", "-o", user, "-g", user, str(path)], check=True)
+    wf = {"command": ["sh", "-c", "touch kooi-e2e-place-written"], "timeout": 60}
+    wf.update({"mode": "jail"} if mode == "jail" else {"image": "runner"})
+    write_wf(wfdir, "place-probe", wf)
+    try:
+        for who in (None, user):
+            res, result = kooi_run("place-probe", path, wfdir, user=who)
+            assert res.returncode == 126 and result["reason"] == "refused", (res.stdout + res.stderr)[-2000:]
+            assert "not a place for a project" in result["message"], result["message"]
+            assert not (path / "kooi-e2e-place-written").exists()
+    finally:
+        if made:
+            subprocess.run(["rm", "-rf", str(path)], check=True)

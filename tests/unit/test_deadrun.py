@@ -189,7 +189,7 @@ out["gc after umount"] = [rec.exists(), sorted(os.listdir(b)), (a / "sub/.envrc"
 # a project with a mount inside: a run would reach what is mounted there
 subprocess.run(["mount", "--bind", str(c), str(a / "sub")], check=True)
 try:
-    check_project(a, SimpleNamespace(runner_uid=0, runner_home="/nonexistent"))
+    check_project(a, SimpleNamespace(runner_uid=0, runner_home="/nonexistent", socket="/nonexistent/docker.sock"))
     out["mount inside"] = "accepted"
 except RunError as exc:
     out["mount inside"] = exc.reason

@@ -177,7 +177,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
             if out and cfg.runner_uid != 0:
                 out.keep_rights()  # the runner may not write where the caller asked for the result
         drop_to_runner(cfg)
-        project = check_project(project, cfg)
+        project = check_project(project, cfg, RUN_DIR)
         res.project = str(project)
         for sub in ("logs", "results", "locks", "shadows", deadrun.SUBDIR):
             (run_dir / sub).mkdir(parents=True, exist_ok=True)

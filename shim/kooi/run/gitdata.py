@@ -29,9 +29,11 @@ def index_hidden(data: bytes) -> set[bytes] | None:
     return out if index_walk(data, out) is None else None
 
 
-def index_walk(data: bytes, hidden: set[bytes] | None = None) -> str | None:
+def index_walk(data: bytes, hidden: set[bytes] | None = None,
+               entries: dict[bytes, bytes] | None = None) -> str | None:
     """Walk git's index DATA: why it must not reach the host, or None; HIDDEN gets the
-    paths whose flags hide them from the host's git."""
+    paths whose flags hide them from the host's git, ENTRIES every path with what git
+    writes to the work tree from it (its mode and object id)."""
     if len(data) < 12 or data[:4] != b"DIRC":
         return "not an index"
     version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
@@ -40,6 +42,7 @@ def index_walk(data: bytes, hidden: set[bytes] | None = None) -> str | None:
     for hashlen in (20, 32):
         pos, prev, bad = 12, b"", None
         found: set[bytes] = set()
+        staged: dict[bytes, bytes] = {}
         try:
             for _ in range(count):
                 start = pos
@@ -67,6 +70,7 @@ def index_walk(data: bytes, hidden: set[bytes] | None = None) -> str | None:
                     path = data[pos:end]
                     pos = start + ((end - start) // 8 + 1) * 8
                 prev = path
+                staged[path] = data[start + 24:start + 28] + data[start + 40:start + 40 + hashlen]
                 if flags & _CE_VALID or ext & _CE_SKIP_WORKTREE:
                     found.add(path)
                 parts = path.split(b"/")
@@ -79,6 +83,8 @@ def index_walk(data: bytes, hidden: set[bytes] | None = None) -> str | None:
             continue
         if hidden is not None:
             hidden |= found
+        if entries is not None:
+            entries.update(staged)
         return f"an entry at {bad!r}" if bad is not None else None
     return "the index cannot be read"
 
@@ -180,3 +186,73 @@ def bound_problems(fd: int, rel: str, out: list[str], budget: list[int]) -> None
     if is_layout(names):
         os.unlink("HEAD", dir_fd=fd)
         out.append(f"{rel}/HEAD")
+
+
+# The most refs kooi reads of one repository (loose and packed); past it, none is compared.
+MAX_REFS = 100_000
+
+
+def read_refs(gitdir: str | os.PathLike[str]) -> tuple[dict[str, str], str] | None:
+    """The refs of the git directory GITDIR (loose ones over packed-refs: what git reads)
+    and what HEAD names, never through a symlink; None when it holds more than MAX_REFS
+    or cannot be read."""
+    refs: dict[str, str] = {}
+    try:
+        top = os.open(gitdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        try:
+            fd = os.open("packed-refs", os.O_RDONLY | os.O_NOFOLLOW, dir_fd=top)
+            with os.fdopen(fd, "rb") as f:
+                for line in f.read(64 << 20).splitlines():
+                    oid, _, name = line.partition(b" ")
+                    if name.startswith(b"refs/") and not oid.startswith((b"#", b"^")):
+                        refs[name.decode(errors="replace")] = oid.decode(errors="replace")
+        except FileNotFoundError:
+            pass
+        todo = ["refs"]
+        while todo:
+            rel = todo.pop()
+            try:
+                dfd = os.open(rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+            except OSError:
+                continue
+            try:
+                for e in os.scandir(dfd):
+                    child = f"{rel}/{e.name}"
+                    if e.is_dir(follow_symlinks=False):
+                        todo.append(child)
+                    elif e.is_file(follow_symlinks=False) and not e.name.endswith(".lock"):
+                        ffd = os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
+                        with os.fdopen(ffd, "rb") as f:
+                            refs[child] = f.read(512).strip().decode(errors="replace")
+                    if len(refs) > MAX_REFS:
+                        return None
+            finally:
+                os.close(dfd)
+        try:
+            fd = os.open("HEAD", os.O_RDONLY | os.O_NOFOLLOW, dir_fd=top)
+            with os.fdopen(fd, "rb") as f:
+                head = f.read(512).strip().decode(errors="replace")
+        except OSError:
+            head = ""
+    except OSError:
+        return None
+    finally:
+        os.close(top)
+    return refs, head.removeprefix("ref: ")
+
+
+def refs_changed(before: dict[str, str], after: dict[str, str], own: set[str], limit: int = 50) -> list[tuple[str, str]]:
+    """(ref, change) for every ref that BEFORE and AFTER disagree on, but the branches in
+    OWN (the ones the run worked on: HEAD's before and after); the first LIMIT, then a count."""
+    out = []
+    for ref in sorted(set(before) | set(after)):
+        b, a = before.get(ref), after.get(ref)
+        if b == a or ref in own:
+            continue
+        out.append((ref, "created" if b is None else "deleted" if a is None else f"moved from {b[:12]} to {a[:12]}"))
+    if len(out) > limit:
+        out = out[:limit] + [("(more)", f"{len(out) - limit} more refs changed")]
+    return out

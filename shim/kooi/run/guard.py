@@ -46,16 +46,17 @@ from .editors import editor_targets
 from .envrc import envrc_targets
 from .forgery import ForgeryChecks
 from .fsat import open_dir, remove_at
-from .gitdata import MAX_VERIFY_BYTES, bound_problems
+from .gitdata import MAX_VERIFY_BYTES, bound_problems, read_refs
+from .listed import Listed
 from .made import KEEP as KEEP  # re-exported: where kept work goes
 from .made import MadeByWorkload
 from .protected import (
     MAX_WALK,
     PROTECTED,
     PROTECTED_GLOBS,
-    WATCHED,
     config_targets,
     is_git_data,
+    link_targets,
     package_targets,
     present_exposed,
     py_modules,
@@ -68,7 +69,7 @@ from .snapshot import GuardError as GuardError  # re-exported: Guard raises it
 
 
 @dataclass
-class Guard(Shadows, ForgeryChecks, MadeByWorkload):
+class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
     root: Path
     unprotected: tuple[str, ...] = ()
     protected: dict[str, Entry] = field(default_factory=dict)
@@ -79,6 +80,7 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
     deep: tuple[str, ...] = ()  # the DEEP names below the top before the run
     py_own: tuple[str, ...] = ()  # the project's own modules named like a tool's (protected.py_modules)
     py_top: tuple[str, ...] = ()  # every module at the project's top before the run (protected.py_top_names)
+    beside: tuple[str, ...] = ()  # packages beside a module of their name before the run (walk_project)
     watched_deep: tuple[str, ...] = ()  # the WATCHED_DEEP names below the top, before and after the run
     # What runs on the host from the project that kooi cannot keep a copy of (installed
     # git hooks, direnv layouts' directories): said in the record, never put back.
@@ -99,6 +101,10 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
     run_id: str = ""  # names the run's archive in KEEP, where the workload's removed work is kept
     links: dict[str, str] = field(default_factory=dict)  # symlinks out of the project before the run
     envs: tuple[str, ...] = ()  # environments below the top after the run (protected.walk_project)
+    # The project's refs and what HEAD named before the run (gitdata.read_refs; None: not
+    # read): refs the run moved but its own branch are said (watched_changed).
+    refs: dict[str, str] | None = None
+    head: str = ""
     # When the workload started (ns, a little before): what changed in git's real
     # objects and refs since is the workload's, or the host's while the run ran.
     started: int | None = None
@@ -148,7 +154,10 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
         blind: list[str] = []
         watched: list[str] = []
         links: dict[str, str] = {}
-        dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind, watched=watched, links=links)
+        beside: list[str] = []
+        dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind, watched=watched, links=links,
+                                                    packages=beside)
+        self.beside = tuple(beside)
         self.watched_deep = tuple(watched)
         self.links = links
         envrc, said = envrc_targets(self.root, (".envrc", *(d for d in deep if d.endswith("/.envrc"))))
@@ -181,12 +190,22 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
                 pass
         self.extra = extra + others + deep
         self.git_dirs = tuple(dict.fromkeys((".git", *gitdirs, *dirs)))
+        # A protected or watched name that leads elsewhere in the project through a link:
+        # the host's tools read the target, so that is protected (watched) too.
+        try:
+            self.extra += link_targets(self.root, [p for p in self.paths if p not in self.git_dirs])
+            self.watched_deep += tuple(link_targets(self.root, self._watched_names()))
+        except ValueError as exc:
+            raise GuardError(f"{exc} is a symlink to the project's top: kooi cannot protect what the host's tools "
+                             "read through it; make it a directory of its own") from None
+        found = read_refs(self.root / ".git") if os.path.isdir(self.root / ".git") else None
+        self.refs, self.head = found if found is not None else (None, "")
         self.protected = self._scan(strict=True)
 
     def snapshot_watched(self) -> None:
         """Right before the workload starts (after kooi's own ACL grant, which changes
         the files' ctime)."""
-        self.watched = scan(self.root, (*WATCHED, *self.watched_deep), content=False, strict=False)
+        self.watched = scan(self.root, self._watched_names(), content=False, strict=False)
         # A file's ctime comes from a clock that may lag by a tick: what kooi itself
         # changed (the ACL grant) is older than STARTED, what the workload changes newer.
         time.sleep(0.03)
@@ -266,8 +285,9 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
         links: dict[str, str] = {}
         pyc: list[str] = []
         envs: list[str] = []
+        packages: list[str] = []
         dirs, others, deep, complete = walk_project(self.root, bare=bare, blind=blind, watched=watched, links=links,
-                                                    pyc=pyc, envs=envs)
+                                                    pyc=pyc, envs=envs, packages=packages)
         self.watched_deep = tuple(dict.fromkeys((*self.watched_deep, *watched)))
         self.envs = tuple(envs)
         failed = [] if complete else [f"the project holds more than {MAX_WALK} entries: kooi could not look for "
@@ -294,6 +314,9 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
             if (why := self._remove_made(rel, item)) is not None:
                 failed.append(why)
         more, more_failed = self._outward_and_compiled(links, pyc)
+        refused += more
+        failed += more_failed
+        more, more_failed = self._packages_beside_modules(packages)
         refused += more
         failed += more_failed
         for rel in dirs + others:
@@ -441,15 +464,7 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
             except OSError as exc:
                 failed.append(f"the project's protected paths: {exc.strerror or exc}")
         self._archive_close()
-        watched = self.watched
-        w_after = scan(self.root, (*WATCHED, *self.watched_deep), content=False,
-                       strict=False) if watched is not None else {}
-        changed = []
-        for rel in sorted(set(watched or {}) | set(w_after)):
-            b, a = (watched or {}).get(rel), w_after.get(rel)
-            if b is not None and (b.same(a) or a is not None and b.kind == "dir" == a.kind):
-                continue
-            changed.append({"path": rel, "change": change_of(b, a)})
+        changed = self._watched_changed() + self._refs_moved()
         record: dict[str, Any] = {"protected": list(self.paths), "refused": shadowed + refused,
                                   "restored": not failed, "restore_failed": failed, "watched_changed": changed,
                                   "exposed": self.exposed + [e for e in present_exposed(self.root)
@@ -477,7 +492,7 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
                 "watched": None if self.watched is None else {k: _entry_out(e) for k, e in self.watched.items()},
                 "extra": list(self.extra), "git_dirs": list(self.git_dirs), "nested": list(self.nested),
                 "deep": list(self.deep), "bare": list(self.bare), "watched_deep": list(self.watched_deep),
-                "py_own": list(self.py_own), "py_top": list(self.py_top),
+                "py_own": list(self.py_own), "py_top": list(self.py_top), "beside": list(self.beside),
                 "exposed": self.exposed,
                 "nested_ino": [[d, i, r] for (d, i), r in self.nested_ino.items()],
                 "shadow": None if self.shadow is None else str(self.shadow),
@@ -488,7 +503,8 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
                 "file_copies": [[r, str(p)] for r, p in self.file_copies],
                 "nested_shadows": [[r, str(p)] for r, p in self.nested_shadows],
                 "made_files": list(self.made_files), "pinned": self.pinned, "progress": self.progress,
-                "started": self.started, "run_id": self.run_id, "links": self.links}
+                "started": self.started, "run_id": self.run_id, "links": self.links,
+                "refs": self.refs, "head": self.head}
 
     @classmethod
     def load(cls, doc: dict[str, Any]) -> Guard:
@@ -505,6 +521,12 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
             # A record of an older kooi has none: what is there now counts as there before
             # (else every module of the project would be said new).
             g.py_top = tuple(map(str, doc["py_top"])) if "py_top" in doc else tuple(py_top_names(g.root))
+            if "beside" in doc:
+                g.beside = tuple(map(str, doc["beside"]))
+            else:  # an older kooi's record: what is there now was there (nothing removed)
+                found: list[str] = []
+                walk_project(g.root, packages=found)
+                g.beside = tuple(found)
             g.exposed = [{"path": str(e["path"]), "why": str(e["why"])} for e in doc.get("exposed", ())]
             g.nested_ino = {(int(d), int(i)): str(r) for d, i, r in doc["nested_ino"]}
             g.shadow = None if doc["shadow"] is None else Path(doc["shadow"])
@@ -520,6 +542,9 @@ class Guard(Shadows, ForgeryChecks, MadeByWorkload):
             g.started = None if doc.get("started") is None else int(doc["started"])
             g.run_id = str(doc.get("run_id", ""))
             g.links = {str(k): str(v) for k, v in doc.get("links", {}).items()}
+            refs = doc.get("refs")
+            g.refs = None if refs is None else {str(k): str(v) for k, v in refs.items()}
+            g.head = str(doc.get("head", ""))
             prog = doc.get("progress")
             if prog is not None:
                 g.progress = {"gits": [str(x) for x in prog["gits"]], "refused": [dict(r) for r in prog["refused"]],

@@ -34,6 +34,7 @@ class MadeByWorkload:
     links: dict[str, str]
     started: int | None
     py_own: tuple[str, ...]
+    beside: tuple[str, ...]
     _archive: tarfile.TarFile | None = None
     _archive_name: str = ""
     _archive_file: Any = None
@@ -171,6 +172,24 @@ class MadeByWorkload:
                                                        "files the run wrote, removed likewise", "how": "put back"})
         return refused, failed
 
+
+    def _packages_beside_modules(self, packages: list[str]) -> tuple[list[dict[str, str]], list[str]]:
+        """Review 15: a package the workload made beside a module (`app/__init__.py` next
+        to `app.py`, hidden by `app/.gitignore`): the host's `import app` runs the
+        package. Its `__init__` goes (kept in the run's archive; without it the directory
+        is no package, and the module is what Python imports again)."""
+        refused: list[dict[str, str]] = []
+        failed: list[str] = []
+        for rel in packages:
+            if rel in self.beside:
+                continue  # the project's own
+            pkg = rel.rpartition("/")[0]
+            item = {"path": rel, "change": f"created (a package beside the module {pkg}.py: Python imports "
+                                           "the package instead)", "how": "put back"}
+            if (why := self._remove_made(rel, item)) is not None:
+                failed.append(why)
+            refused.append(item)
+        return refused, failed
 
 
 def _size_at(fd: int, name: str, st: os.stat_result, budget: int) -> int | None:

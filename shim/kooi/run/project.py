@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from .. import labels
-from ..hoststate import subids
+from ..hoststate import paths, subids
 from ..hoststate.engine import EngineConfig
 from . import dirid
 from .errors import EXIT_BUSY, EXIT_ERROR, EXIT_INVALID, EXIT_REFUSED, EXIT_UNAVAILABLE, Log, RunError
@@ -189,7 +189,47 @@ def grant_search(path: Path, uid: int, runner_uid: int, log: Log) -> None:
 
 
 
-def check_project(project: Path, cfg: EngineConfig) -> Path:
+# Where no project may be, nor hold one of (review 15: a jail run on the runner's
+# ~/.config wrote git/config, on /run/user/UID it reached the rootless engine's raw
+# socket, on kooi's run directory it forged results and guard records): the system's
+# own trees, the runner's runtime directory and kooi's state. The runner's home and every
+# hidden directory (~/.config, ~/.local with the rootless engine's data, ~/.ssh) come
+# from the path itself (_place_problem).
+SYSTEM_PLACES = ("/etc", "/usr", "/boot", "/proc", "/sys", "/dev", "/run", "/var/run", "/var/log", "/var/lib/docker",
+                 "/var/lib/containerd", "/var/spool", "/root", "/bin", "/sbin", "/lib", "/lib64")
+KOOI_PLACES = (paths.ETC, "/var/lib/kooi", paths.LOG_DIR, paths.ENGINE_STATE_DIR, paths.INJECT_RUN_DIR, "/opt/kooi")
+# kooi's own projects in its state (the checks' runs: kooi verify).
+OWN_PROJECTS = (paths.SELFTEST_PROJECT, paths.RUNCHECK_PROJECT)
+
+
+def _within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _place_problem(real: Path, cfg: EngineConfig, run_dir: str) -> str | None:
+    """Why REAL (resolved) is no place for a project: it is, or lies inside or around, a
+    place the workload must not write (it writes its project as the runner's sub-id, or in
+    a jail as the runner itself)."""
+    p = str(real)
+    if p in OWN_PROJECTS:
+        return None
+    sensitive = (*SYSTEM_PLACES, *KOOI_PLACES, run_dir, f"/run/user/{cfg.runner_uid}", os.path.dirname(cfg.socket))
+    for top in sensitive:
+        if _within(p, top):
+            return f"it is {top}" if p == top else f"it lies inside {top}"
+        if _within(top, p):
+            return f"it holds {top}"
+    if _within(cfg.runner_home, p):
+        return "it is the runner's home" if p == cfg.runner_home else f"it holds the runner's home {cfg.runner_home}"
+    if p in ("/", "/var", "/home", "/srv", "/opt", "/tmp", "/var/tmp", "/var/lib"):
+        return "it is a system directory"
+    hidden = [part for part in real.parts[1:] if part.startswith(".")]
+    if hidden:
+        return f"it lies inside the hidden directory {hidden[0]} (tools' settings and state, an engine's data)"
+    return None
+
+
+def check_project(project: Path, cfg: EngineConfig, run_dir: Path | str = paths.RUNS) -> Path:
     try:
         real = project.resolve(strict=True)
     except FileNotFoundError:
@@ -201,9 +241,11 @@ def check_project(project: Path, cfg: EngineConfig) -> Path:
         raise RunError("refused", EXIT_REFUSED,
                        f"project {real} is owned by uid {st.st_uid}, not by the runner user "
                        f"{cfg.runner_user}; chown it (the workload writes there as that user's sub-id)")
-    for bad in ("/", "/etc", "/usr", "/var", "/home", cfg.runner_home):
-        if str(real) == bad:
-            raise RunError("refused", EXIT_REFUSED, f"refusing {real} as a project (too broad)")
+    if (why := _place_problem(real, cfg, str(run_dir))) is not None:
+        raise RunError("refused", EXIT_REFUSED,
+                       f"{real} is not a place for a project: {why}; the workload writes its project, so kooi "
+                       "takes none among the system's, the runner's or its own settings and state. Use a "
+                       "directory of its own (e.g. below the runner's home)")
     inside = dirid.mounts_inside(real)
     if inside:
         # The workload gets the project with what is mounted in it (a recursive bind), and

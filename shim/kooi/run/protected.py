@@ -136,7 +136,10 @@ PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.
              # script-shell, pnpm's hooks file
              ".cargo/config.toml", ".cargo/config", ".yarnrc.yml", ".yarnrc", ".npmrc", ".pnpmfile.cjs",
              # a toolchain at a path of the workload's: rustup's `path`, mise's `path:` versions
-             "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS)
+             "rust-toolchain", "rust-toolchain.toml", ".tool-versions",
+             # Mercurial's and Jujutsu's repository settings: extensions (Python code),
+             # hooks, pagers and diff tools that `hg status` and `jj log` run (review 15)
+             ".hg/hgrc", ".jj/repo/config.toml", *AGENTS)
 # mise's environment variants (mise.ENV.toml) and editor workspaces.
 PROTECTED_GLOBS = ("*.code-workspace", ".mise.*.toml", "mise.*.toml")
 # In a git directory (`.git`, a `gitdir:` target in the project, each submodule's
@@ -185,20 +188,31 @@ WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "a
            # which interpreter the host's version managers pick here (pyenv, nvm, rbenv, jenv)
            ".python-version", ".nvmrc", ".node-version", ".ruby-version", ".java-version",
            # what tools and editors' linters load and run from the project when they start
-           "conftest.py", "pytest.ini", ".pylintrc", "pylintrc", "mypy.ini", ".mypy.ini", ".flake8", ".coveragerc",
+           "conftest.py", "pytest.ini", "pytest.toml", ".pytest.ini", "tox.toml", ".pylintrc", "pylintrc", "mypy.ini",
+           ".mypy.ini", ".flake8", ".coveragerc",
            "eslint.config.js", "eslint.config.mjs", "eslint.config.cjs", "eslint.config.ts", ".eslintrc.js",
            ".eslintrc.cjs", "prettier.config.js", ".prettierrc.js", "jest.config.js", "jest.config.ts",
            "vite.config.js", "vite.config.ts", "vitest.config.js", "vitest.config.ts", "tailwind.config.js",
            "svelte.config.js", "babel.config.js", ".babelrc.js", "webpack.config.js",
            # other agents' instructions
-           "GEMINI.md", ".cursorrules", ".windsurfrules", ".github/copilot-instructions.md")
+           "GEMINI.md", ".cursorrules", ".windsurfrules", ".github/copilot-instructions.md",
+           # what hides a file from a review of `git status` (review 15: a .gitignore that
+           # ignores itself and a test beside it), drivers git runs by path, compose's and
+           # tools' environment (.env: COMPOSE_FILE names another compose file)
+           ".gitignore", ".gitattributes", ".env")
+# The same for names of a kind, at the top: JavaScript tools' configuration modules
+# (loaded, so run, by the tool: ESLint, Prettier, Babel, Jest, lint-staged, commitlint...).
+WATCHED_GLOBS = ("*.config.js", "*.config.cjs", "*.config.mjs", "*.config.ts", "*.config.cts", "*.config.mts",
+                 ".*rc", ".*rc.js", ".*rc.cjs", ".*rc.mjs", ".*rc.ts", ".*rc.json", ".*rc.yml", ".*rc.yaml",
+                 ".*rc.toml", "*.conf.js", "Gruntfile.*", "gulpfile.*")
 # Build entry points watched in every directory below the top too (outside
 # node_modules): a module's own `.mvn/jvm.config` or Makefile runs when someone builds
 # in that directory.
 WATCHED_DEEP = frozenset({".mvn", "mvnw", "pom.xml", "build.gradle", "build.gradle.kts", "settings.gradle",
                           "settings.gradle.kts", "gradle.properties", "gradlew", "package.json", "Makefile",
                           "GNUmakefile", "makefile", "Cargo.toml", "build.rs", "go.mod", "pyproject.toml", "setup.py",
-                          "conftest.py", "CLAUDE.md", "AGENTS.md"})
+                          "conftest.py", "CLAUDE.md", "AGENTS.md", "pytest.ini", "pytest.toml", ".pytest.ini",
+                          "tox.ini", "setup.cfg", ".gitignore", ".gitattributes"})
 # Environments the host's tools and editors run from (present_exposed): said wherever
 # they are; a Python one by its pyvenv.cfg or conda-meta where the name is common.
 ENV_DIRS = frozenset({"node_modules", ".venv", "venv", "env", ".conda"})
@@ -335,6 +349,30 @@ def is_env(path: Path, name: str) -> bool:
     if name == "node_modules":
         return True
     return os.path.exists(path / "pyvenv.cfg") or os.path.isdir(path / "conda-meta")
+
+
+def link_targets(root: Path, rels: list[str] | tuple[str, ...]) -> list[str]:
+    """Where the paths RELS lead inside the project when one of them, or a directory on
+    its way, is a symlink (review 15: `.vscode -> tools/vscode`, and VS Code ran the
+    tasks.json the workload wrote through the target): those places are what the host's
+    tools read, so they are protected too. A link to the project's top itself, or above
+    it within, is a GuardError of the caller's (ValueError here): kooi cannot protect the
+    whole project."""
+    real_root = os.path.realpath(root)
+    out: list[str] = []
+    for rel in rels:
+        p = root / rel
+        if not os.path.lexists(p):
+            continue
+        real = os.path.realpath(p)
+        if real == os.path.join(real_root, rel) or not real.startswith(real_root.rstrip("/") + "/"):
+            if real == real_root:
+                raise ValueError(rel)
+            continue  # no link on its way, or one out of the project (said by the walk)
+        target = os.path.relpath(real, real_root)
+        if target not in out and target not in rels:
+            out.append(target)
+    return out
 
 
 def leads_out(root: Path, real_root: str, rel: str) -> bool:
@@ -479,7 +517,8 @@ def is_layout(names: set[str]) -> bool:
 def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = None,
                  blind: list[str] | None = None, watched: list[str] | None = None,
                  links: dict[str, str] | None = None, pyc: list[str] | None = None,
-                 envs: list[str] | None = None) -> tuple[list[str], list[str], list[str], bool]:
+                 envs: list[str] | None = None,
+                 packages: list[str] | None = None) -> tuple[list[str], list[str], list[str], bool]:
     """One walk of ROOT, never through a symlink and never into a git directory: every
     `.git` below the top (directories, other entries), every DEEP name below the top
     (outside node_modules), complete: False when ROOT holds more than LIMIT entries.
@@ -489,15 +528,17 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
     skipped it). WATCHED gets every WATCHED_DEEP name below the top (outside
     node_modules). Outside the environments (ENV_DIRS): LINKS gets every symlink that
     leads out of the project (with its target), PYC every compiled Python file; ENVS
-    gets every environment below the top, and every symlink named like one."""
+    gets every environment below the top, and every symlink named like one; PACKAGES
+    every package's `__init__` whose directory NAME stands beside a module NAME.py (or
+    another importable NAME.*): Python imports the package instead (review 15)."""
     dirs: list[str] = []
     others: list[str] = []
     deep: list[str] = []
     real_root = os.path.realpath(root)
     n = 0
-    todo: list[tuple[str, bool, bool]] = [("", False, False)]
+    todo: list[tuple[str, bool, bool, bool]] = [("", False, False, False)]
     while todo:
-        rel, in_modules, in_env = todo.pop()
+        rel, in_modules, in_env, beside = todo.pop()
         try:
             it = os.scandir(root / rel if rel else root)
         except FileNotFoundError:
@@ -510,6 +551,7 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
         with it:
             entries = list(it)
         names_here = {e.name for e in entries}
+        stems = {m.group(1) for n in names_here if (m := _IMPORTABLE.match(n))} if packages is not None else set()
         for e in entries:
             n += 1
             if n > limit:
@@ -542,8 +584,12 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
                 envs.append(child)
             if pyc is not None and not in_env and not env and not link and compiled(e.name, rel, names_here):
                 pyc.append(child)
+            if packages is not None and beside and not in_env and e.name.split(".", 1)[0] == "__init__" \
+                    and _IMPORTABLE.match(e.name):
+                packages.append(child)
             if is_dir:
-                todo.append((child, in_modules or e.name == "node_modules", in_env or env))
+                todo.append((child, in_modules or e.name == "node_modules", in_env or env,
+                             not link and e.name in stems))
         if bare is not None and is_layout(names):
             bare.append(rel or ".")
     return sorted(dirs), sorted(others), sorted(deep), True

@@ -41,6 +41,9 @@ PLACEHOLDER_CONTENT = [("HEAD", ("file", len(PLACEHOLDER_HEAD), hashlib.sha256(P
 # The block kooi appends to a project's git config while a run lasts (Guard._pin_config).
 RUN_BLOCK_START = "# kooi run: while a kooi run runs on this project, git looks into no submodule here (kooi removes this)"
 RUN_BLOCK_END = "# kooi run: end"
+# The object ids of the empty blob (SHA-1, SHA-256).
+EMPTY_BLOBS = (bytes.fromhex("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"),
+               bytes.fromhex("473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813"))
 # How many git directories (a throwaway each) and `.git` files (a copy each) a run takes.
 MAX_GIT_DIRS = 32
 MAX_GIT_FILES = 64
@@ -298,7 +301,7 @@ class Shadows:
                 if name == "packed-refs" and now is not None and now[0] == "file" \
                         and self._strip_replace_refs(t, copy_fd, real_fd):
                     now = fingerprint(copy_fd, name, content=True)
-                why = self._data_refusal(copy_fd, real_fd, name, now)
+                why = self._data_refusal(copy_fd, real_fd, name, now, t.git)
                 if why is not None:
                     t.refused.append({"path": f"{t.git}/{name}", "change": why, "how": "shadowed"})
                     continue
@@ -346,10 +349,14 @@ class Shadows:
                               "object in the history's place): taken out", "how": "put back"})
         return True
 
-    @staticmethod
-    def _data_refusal(copy_fd: int, real_fd: int, name: str, now: Fingerprint | None) -> str | None:
+    def _protected_rel(self, rel: str) -> bool:
+        raise NotImplementedError  # Guard's
+
+    def _data_refusal(self, copy_fd: int, real_fd: int, name: str, now: Fingerprint | None,
+                      git: str = ".git") -> str | None:
         """Why git's data file NAME as the workload left it (NOW, in COPY_FD) is not
-        copied back over the project's (in REAL_FD, as it was when the run started)."""
+        copied back over the project's (in REAL_FD, as it was when the run started) of
+        the git directory GIT (its place in the project)."""
         if name in NOT_COPIED_BACK:
             return "state a host's git would act on (`git rebase --continue` runs its exec lines): not copied back"
         if now is None:
@@ -364,9 +371,30 @@ class Shadows:
                 return "not a branch or a commit: kept the project's"
         if (name == "index" or name.startswith("sharedindex.")) and now[0] == "file":
             after: set[bytes] = set()
-            problem = index_walk(read_at(copy_fd, name), after)  # read once: its paths and its flags
+            staged: dict[bytes, bytes] = {}
+            problem = index_walk(read_at(copy_fd, name), after, staged)  # read once: paths, flags, objects
             if problem is not None:
                 return f"{problem}: kept the project's"
+            # Review 15: a protected file staged, not in the work tree (add, then rm): the
+            # host's `git checkout -- .`, which `git status` suggests, writes it.
+            was: dict[bytes, bytes] = {}
+            for n in os.listdir(real_fd):
+                if n == "index" or n.startswith("sharedindex."):
+                    index_walk(read_at(real_fd, n), None, was)
+            top = git.rpartition("/")[0]
+            touched = []
+            for path, entry in staged.items():
+                rel = (f"{top}/" if top else "") + path.decode(errors="replace")
+                # An empty file writes nothing that runs (kooi's own placeholders, an
+                # empty .gitmodules, are staged by a workload's `git add -A`).
+                if entry[4:] in EMPTY_BLOBS and int.from_bytes(entry[:4], "big") >> 12 == 0o10:
+                    continue
+                if was.get(path) != entry and self._protected_rel(rel):
+                    touched.append(rel)
+            touched.sort()
+            if touched:
+                return (f"protected paths staged ({', '.join(touched[:3])}): the host's `git checkout` or `git "
+                        "restore` would write the workload's version; kept the project's")
             new = sorted(after - (index_hidden(read_at(real_fd, name)) or set()))
             if new:
                 return (f"entries flagged assume-unchanged or skip-worktree ({', '.join(p.decode(errors='replace') for p in new[:3])}"
