@@ -6,6 +6,8 @@
 #                                                   every Python from 3.11 (Debian 12 and 13)
 #   examples/testcontainers-python/requirements.txt the example's vendored dependencies
 #                                                   (the runner image's Python 3.13)
+#   tests/compat/python/locks/tc-VERSION.txt        each pinned testcontainers-python
+#                                                   client of the compatibility matrix
 # scripts/bootstrap.sh and vendor.sh install only from these (pip --require-hashes).
 # Usage: scripts/lock.sh [--upgrade-package NAME]...   (default: keep what the lock has
 # where the inputs still allow it; --upgrade takes the newest of everything)
@@ -27,4 +29,9 @@ cd "$repo"
 "$uv" pip compile examples/testcontainers-python/requirements.in --python-version 3.13 \
   --python-platform x86_64-manylinux_2_17 --generate-hashes --custom-compile-command scripts/lock.sh \
   -o examples/testcontainers-python/requirements.txt "$@"
-echo "lock.sh: requirements/dev.lock and examples/testcontainers-python/requirements.txt refreshed"
+# The Testcontainers compatibility matrix: one lock per pinned client version (issue 31).
+for in_file in tests/compat/python/locks/tc-*.in; do
+  "$uv" pip compile "$in_file" --python-version 3.13 --python-platform x86_64-manylinux_2_17 --generate-hashes \
+    --custom-compile-command scripts/lock.sh -o "${in_file%.in}.txt" "$@"
+done
+echo "lock.sh: requirements/dev.lock, examples/testcontainers-python/requirements.txt and tests/compat/python/locks refreshed"

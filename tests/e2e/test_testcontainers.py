@@ -8,13 +8,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from .conftest import REPO
-from .test_run import host, kooi_run, project, wfdir, write_wf  # noqa: F401 - fixtures
+from .test_run import host, kooi_run, project, runner_docker, wfdir, write_wf  # noqa: F401 - fixtures
 
 TC_KEYS = ("TESTCONTAINERS_RYUK_DISABLED", "TESTCONTAINERS_HOST_OVERRIDE", "DOCKER_HOST")
 
@@ -93,6 +94,37 @@ def test_python_testcontainers_network_of_two(host, tc_wfdir, project, postgres_
     assert run_objects(host, result["run_id"]) == []
 
 
+# The pinned testcontainers-python versions (tests/compat/python/locks) and what each
+# does under kooi: 4.0.0 reads a container's gateway on the network named "bridge", and
+# kooi puts a run's containers on the run's own network (docs/testcontainers.md).
+PYTHON_CLIENTS = {"4.0.0": "FAIL", "4.4.0": "pass", "4.8.2": "pass", "4.15.0": "pass"}
+
+
+def test_python_clients_pinned_versions_and_the_getting_started_guides_fixture(host, tc_wfdir, postgres_image):
+    """Issue 31: testcontainers-python as projects pin it, through the broker. 4.4.0 runs
+    the getting-started guide's fixture unchanged (`os.environ["DB_PORT"] =
+    get_exposed_port(5432)`: before the run network's gateway had a name, 4.4 compared
+    TC_HOST with the gateway's address and returned an int)."""
+    src = REPO / "tests/compat/python"
+    proj = Path(host["runner_home"]) / "kooi-e2e" / f"compat-python-{time.monotonic_ns()}"
+    shutil.copytree(src, proj, ignore=shutil.ignore_patterns("locks", "vendor.sh", "__pycache__"))
+    try:
+        subprocess.run([str(src / "vendor.sh"), str(proj)], check=True, capture_output=True, timeout=600)
+        subprocess.run(["chown", "-R", f"{host['runner_user']}:{host['runner_user']}", str(proj)], check=True)
+        # The guide's image name (no registry here: the local PostgreSQL under that name).
+        runner_docker(host, "tag", postgres_image, "postgres:16-alpine")
+        write_wf(tc_wfdir, "compat-python", {"mode": "container", "image": "runner", "testcontainers": True,
+                                             "command": ["sh", "run.sh"], "timeout": 900})
+        res, result = kooi_run("compat-python", proj, tc_wfdir, timeout=900)
+        found = re.findall(r"^compat python testcontainers (\S+) \(([^)]*)\): (\S+)$", res.stdout, re.M)
+        assert {v: outcome for v, _, outcome in found} == PYTHON_CLIENTS, res.stdout[-6000:]
+        assert ("4.4.0", "tests/test_store.py tests/test_guide.py", "pass") in found, found
+        assert "KeyError: 'bridge'" in res.stdout  # 4.0.0's reason
+        assert result["cleanup"]["failed"] == [] and run_objects(host, result["run_id"]) == []
+    finally:
+        shutil.rmtree(proj, ignore_errors=True)
+
+
 def test_node_testcontainers_reach_a_published_port_at_the_run_networks_gateway(host, tc_wfdir, project,
                                                                                postgres_image):
     """Node.js Testcontainers (getHost + getMappedPort): the workload, in a network
@@ -104,7 +136,7 @@ def test_node_testcontainers_reach_a_published_port_at_the_run_networks_gateway(
     res, result = kooi_run("testcontainers-node", proj, tc_wfdir, timeout=600)
     assert res.returncode == 0, res.stdout[-5000:] + res.stderr
     m = re.search(r"KOOI-TC-NODE host=(\S+) port=(\d+) total=42", res.stdout)
-    assert m and m.group(1) != "127.0.0.1" and m.group(1).endswith(".1"), res.stdout[-3000:]
+    assert m and m.group(1) == "engine.kooi.internal", res.stdout[-3000:]  # the gateway, by name
     assert "# pass 1" in res.stdout and result["cleanup"]["failed"] == []
     assert run_objects(host, result["run_id"]) == []
     variant(tc_wfdir, "testcontainers-node", "tc-node-wrong", environment={"KOOI_EXPECTED_SUM": "41"})
@@ -133,6 +165,7 @@ print("LIST", len(mine))
 print("SELF", *call("POST", "/containers/" + mine[0]["Id"] + "/update", {"Memory": 0}))
 print("ENV", *[os.environ.get(k, "-") for k in %s])
 print("NETNS", "tap0" in open("/proc/net/dev").read(), sum("@" in l for l in open("/proc/net/unix")))
+print("GW", socket.gethostbyname(os.environ["TC_HOST"]))
 """ % (list(TC_KEYS),)
     proj = project("python-example")
     (proj / "probe.py").write_text(script)
@@ -142,12 +175,14 @@ print("NETNS", "tap0" in open("/proc/net/dev").read(), sum("@" in l for l in ope
     res, result = kooi_run("tc-probe", proj, tc_wfdir)
     assert res.returncode == 0, res.stdout + res.stderr
     out = {line.split(" ", 1)[0]: line for line in res.stdout.splitlines() if line.split(" ", 1)[0] in
-           ("PRIV", "HOST", "LIST", "SELF", "ENV", "NETNS")}
+           ("PRIV", "HOST", "LIST", "SELF", "ENV", "NETNS", "GW")}
     assert out["PRIV"].startswith("PRIV 403") and "privileged containers are refused" in out["PRIV"], out
     assert out["HOST"].startswith("HOST 403") and "outside the workspace" in out["HOST"], out
     assert out["LIST"] == "LIST 1", out  # only its own container, nobody else's
     assert out["SELF"].startswith("SELF 403") and "workload's own container" in out["SELF"], out
     assert "unix:///run/kooi/docker.sock" in out["ENV"] and "true" in out["ENV"], out
-    assert re.search(r" \d+\.\d+\.\d+\.1 ", out["ENV"]), out  # published ports at the run network's gateway
+    # published ports at the run network's gateway, by a name (testcontainers-python 4.4
+    # compares an address with the gateway's and then returns an int port)
+    assert " engine.kooi.internal " in out["ENV"] and re.fullmatch(r"GW \d+\.\d+\.\d+\.1", out["GW"]), out
     assert out["NETNS"] == "NETNS False 0", out
     assert result["broker"]["refused"] == 3, result["broker"]

@@ -20,14 +20,21 @@ from .errors import EXIT_ERROR, Result, RunError, unavailable
 from .spec import WORKSPACE, bind, env_of, set_env
 
 ENGINE_SOCKET = "/run/kooi/docker.sock"  # where a testcontainers workload finds the broker
+# The name of the run network's gateway in the workload's /etc/hosts: where published
+# ports are reached. A name, not the address: testcontainers-python without connection
+# modes (4.8.2 and older) compares TC_HOST with the container's gateway address and, when
+# they match, takes itself for a container on the same bridge and returns the container's
+# own port, an int (the getting-started guide's `os.environ["DB_PORT"] =
+# ...get_exposed_port(5432)` failed).
+ENGINE_HOST = "engine.kooi.internal"
 
 
-def testcontainers_env(gateway: str) -> dict[str, str]:
-    """What Java, Python and Node Testcontainers need to use the broker: the socket
+def testcontainers_env() -> dict[str, str]:
+    """What Java, Python, Node and Go Testcontainers need to use the broker: the socket
     (also for a Ryuk mount, which the broker answers with itself), no Ryuk (the run
-    cleans up by label), and the address where published ports are reached."""
+    cleans up by label), and the host where published ports are reached."""
     return {"TESTCONTAINERS_DOCKER_SOCKET_OVERRIDE": ENGINE_SOCKET, "TESTCONTAINERS_RYUK_DISABLED": "true",
-            "TESTCONTAINERS_HOST_OVERRIDE": gateway, "TC_HOST": gateway,
+            "TESTCONTAINERS_HOST_OVERRIDE": ENGINE_HOST, "TC_HOST": ENGINE_HOST,
             # Python: containers by their own address on their own network (the
             # workload is on every network of the run), not a published port.
             "TESTCONTAINERS_CONNECTION_MODE": "bridge_ip",
@@ -100,9 +107,10 @@ class BrokeredEngine:
         # network's gateway.
         host_config["NetworkMode"] = name
         host_config["Mounts"].append(bind(ENGINE_SOCKET, str(path)))
-        set_env(body, {**testcontainers_env(gateway), **env_of(body), "DOCKER_HOST": f"unix://{ENGINE_SOCKET}"})
+        host_config["ExtraHosts"] = [*(host_config.get("ExtraHosts") or []), f"{ENGINE_HOST}:{gateway}"]
+        set_env(body, {**testcontainers_env(), **env_of(body), "DOCKER_HOST": f"unix://{ENGINE_SOCKET}"})
         self.log.note(f"testcontainers: broker at {ENGINE_SOCKET}, network {name} "
-                      f"(published ports at {gateway})")
+                      f"(published ports at {ENGINE_HOST}, {gateway})")
 
     def protect(self, container_id: str) -> None:
         """The workload's own container stays out of the broker's reach (no update of

@@ -25,7 +25,7 @@ from ..seccomp import TOKEN_ENV, limit_mark, limits_reached
 from ..workflow import Workflow
 from . import filters, runnet, session
 from . import limits as run_limits
-from .brokered import BrokeredEngine
+from .brokered import ENGINE_HOST, BrokeredEngine
 from .context import RunContext
 from .errors import EXIT_ERROR, Result, refused, unavailable
 from .project import SUBGID, grant_search, grant_workspace, host_uid_of, share_with_group, subid_start
@@ -329,8 +329,10 @@ class ContainerBackend:
         # the proxy (which refuses private destinations anyway).
         # The host itself by name too (the injector listens there; not every client
         # reads CIDRs in no_proxy).
-        java_skip = [host, "10.*", "172.*", "192.168.*"]
-        env = egress.proxy_env(host, ctx.proxy_port, [host, "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"], java_skip)
+        # The run network's gateway by its name (brokered.ENGINE_HOST) too.
+        java_skip = [host, ENGINE_HOST, "10.*", "172.*", "192.168.*"]
+        env = egress.proxy_env(host, ctx.proxy_port, [host, ENGINE_HOST, "10.0.0.0/8", "172.16.0.0/12",
+                                                      "192.168.0.0/16"], java_skip)
         self.proxy_host = host
         settings_dir = ctx.run_dir / "egress"
         settings_dir.mkdir(mode=0o755, exist_ok=True)
