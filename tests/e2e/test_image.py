@@ -4,6 +4,7 @@ refused when its base is not the pinned one or when it carries a setuid file."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import KOOI
+from .conftest import KOOI, playbook
 
 CONTEXT = Path("/var/lib/kooi/images/runner/context")
 LOCK = Path("/etc/kooi/images/runner.lock.yml")
@@ -208,3 +209,59 @@ def test_an_image_that_claims_the_runners_inputs_is_never_pinned(engine, pinned)
         assert tagged == pinned["id"], f"{pinned['tag']} names {tagged}, not the pinned image"
     finally:
         docker(engine, "rmi", "-f", claimer)
+
+
+VARIANTS = Path(__file__).resolve().parents[2] / "examples/images/variants.yml"
+
+
+def test_a_declared_variant_is_built_pinned_and_run_and_a_bad_one_stops_the_play(engine, pinned, tmp_path):
+    """Issue 31: a variant declared in an inventory (examples/images/variants.yml: JDK 17
+    from Debian 12) is built FROM the pinned runner image at the lock's versions,
+    verified, pinned and run by a workflow that names it; one asking for a package the
+    archive does not have fails the play before anything changes, naming both."""
+    before = Path("/etc/kooi/images.json").read_text()
+    bad = tmp_path / "bad.json"
+    lock = tmp_path / "kooi-images.lock.yml"
+    bad.write_text(json.dumps({"kooi_runner_images": {"broken": {"packages": ["curl", "kooi-no-such-package"]}},
+                               "kooi_runner_images_lock": str(lock)}))
+    res = playbook("--tags", "runner_image", "-e", f"@{bad}", check=False)
+    assert res.returncode != 0 and "broken: kooi-no-such-package" in res.stdout, res.stdout[-3000:]
+    assert "broken: curl" not in res.stdout and not lock.exists()
+    assert Path("/etc/kooi/images.json").read_text() == before
+    wfdir, project = _probe_wf(), _probe_project(engine)
+    try:
+        res = playbook("--tags", "runner_image", "-e", f"@{VARIANTS}")
+        pins = json.loads(Path("/etc/kooi/images.json").read_text())
+        assert pins["runner"] == pinned and pins["java17"]["base"] == pinned["id"], pins
+        res = subprocess.run([KOOI, "run", "java17-probe", "--project", str(project)],
+                             capture_output=True, text=True, env={**os.environ, "KOOI_WORKFLOW_DIR": str(wfdir)})
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert 'openjdk version "17.' in res.stdout and "JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64" in res.stdout
+        assert "SETID=0" in res.stdout, res.stdout
+    finally:
+        shutil.rmtree(wfdir)
+        shutil.rmtree(project, ignore_errors=True)
+        pins = json.loads(Path("/etc/kooi/images.json").read_text())
+        variant = pins.pop("java17", None)
+        Path("/etc/kooi/images.json").write_text(json.dumps(pins, indent=2, sort_keys=True) + "\n")
+        if variant:
+            docker(engine, "rmi", "-f", variant["id"])
+
+
+def _probe_wf() -> Path:
+    d = Path(tempfile.mkdtemp(prefix="kooi-e2e-variant-wf-", dir="/var/tmp"))
+    d.chmod(0o755)
+    (d / "java17-probe.yml").write_text(yaml.safe_dump({
+        "mode": "container", "image": "java17", "timeout": 120,
+        "command": ["sh", "-c", '"$JAVA_HOME/bin/java" -version 2>&1; echo "JAVA_HOME=$JAVA_HOME"; '
+                                'echo "SETID=$(find / -xdev -perm /6000 -type f 2>/dev/null | wc -l)"']}))
+    (d / "java17-probe.yml").chmod(0o644)
+    return d
+
+
+def _probe_project(engine) -> Path:
+    d = Path(engine["runner_home"]) / "kooi-e2e" / f"variant-{os.getpid()}"
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.chown(d.parent, engine["runner_user"], engine["runner_user"])
+    shutil.chown(d, engine["runner_user"], engine["runner_user"])
+    return d

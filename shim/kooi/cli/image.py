@@ -1,4 +1,5 @@
-"""`kooi image build|verify|lock|save`: the pinned runner image (owner: kooi.image)."""
+"""`kooi image build|verify|lock|save|variants`: the pinned runner image and its variants
+(owners: kooi.image, kooi.variants)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from .exits import EXIT_FAIL, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE, fail
 
 def register(sub: Any) -> None:
     i = sub.add_parser("image", help="build, verify and pin the runner image")
-    i.add_argument("action", choices=("build", "verify", "lock", "save"))
+    i.add_argument("action", choices=("build", "verify", "lock", "save", "variants"))
     i.add_argument("--lock", help="the image lock file (build, verify, lock)")
     i.add_argument("--context", help="rendered build context (build)")
     i.add_argument("--name", default="runner", help="pin name in /etc/kooi/images.json")
@@ -29,20 +30,43 @@ def register(sub: Any) -> None:
                    help="build: load this `kooi image save` archive instead of building, when the engine has "
                         "no image of these inputs (it must be built from the same inputs; verified as a build)")
     i.add_argument("--out", help="lock: write the updated lock here instead of in place; save: the archive")
+    i.add_argument("--declared", metavar="JSON",
+                   help="variants: the inventory's kooi_runner_images (JSON); checked, and what the lock lacks "
+                        "pinned from the archive (the lock is written unless --check)")
+    i.add_argument("--base-lock", metavar="LOCK", help="variants: the runner image lock (its apt sources)")
+    i.add_argument("--arch", default="amd64", help="variants: the hosts' Debian architecture")
     i.add_argument("--config", default=str(engine_state.PATH), help=argparse.SUPPRESS)
     i.set_defaults(func=command)
 
 
 def command(args: argparse.Namespace) -> int:
     from .. import image
+    from ..variants import VariantError
 
     where = f"kooi image {args.action}"
     if args.action != "save" and not args.lock:
         return fail(where, "--lock LOCK is required", EXIT_USAGE)
     try:
-        return {"build": _build, "save": _save, "verify": _verify, "lock": _lock}[args.action](args, where)
-    except (image.ImageError, HostStateError) as exc:
+        return {"build": _build, "save": _save, "verify": _verify, "lock": _lock,
+                "variants": _variants}[args.action](args, where)
+    except (image.ImageError, HostStateError, VariantError) as exc:
         return fail(where, exc)
+
+
+def _variants(args: argparse.Namespace, where: str) -> int:
+    """The controller's step (roles/preflight): check kooi_runner_images, pin what the
+    variants' lock lacks (kooi.variants)."""
+    from .. import variants
+
+    if not args.declared or not args.base_lock:
+        return fail(where, "--declared JSON and --base-lock LOCK are required", EXIT_USAGE)
+    try:
+        declared = json.loads(args.declared)
+    except ValueError as exc:
+        return fail(where, f"--declared: not JSON ({exc})", EXIT_USAGE)
+    res = variants.check(declared, Path(args.lock), Path(args.base_lock), args.arch, write=not args.check)
+    print(json.dumps(res))
+    return EXIT_OK
 
 
 def _build(args: argparse.Namespace, where: str) -> int:
@@ -57,7 +81,8 @@ def _build(args: argparse.Namespace, where: str) -> int:
     client = engine.client(cfg, timeout=3600, operator=True)
     eg = egress_state.load_for(cfg)
     buildargs = egress.build_args(eg, cfg.mode, client) if eg and not args.check else None
-    res = image.build(client, Path(args.context), lock, name=args.name, check=args.check,
+    repo = "kooi-runner" if args.name == "runner" else f"kooi-runner-{args.name}"
+    res = image.build(client, Path(args.context), lock, name=args.name, repo=repo, check=args.check,
                       archive_dir=Path(args.archive_dir) if args.archive_dir else None,
                       log=lambda line: print(line, file=sys.stderr), buildargs=buildargs,
                       prebuilt=Path(args.prebuilt) if args.prebuilt else None,

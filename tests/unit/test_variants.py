@@ -1,0 +1,87 @@
+"""kooi.variants: the inventory's runner image variants checked, their packages pinned
+from the archive's indexes (a scripted archive here), the lock kooi writes."""
+
+from __future__ import annotations
+
+import lzma
+from pathlib import Path
+
+import pytest
+
+from kooi import variants as v
+
+BASE = "deb http://deb.example/debian trixie main"
+EXTRA = "deb http://deb.example/debian bookworm main"
+INDEX = {
+    "http://deb.example/debian/dists/trixie/main/binary-amd64/Packages.xz":
+        "Package: libpq5\nVersion: 17.2-1\n\nPackage: libpq5\nVersion: 17.10-1\n\nPackage: curl\nVersion: 8.14\n",
+    "http://deb.example/debian/dists/bookworm/main/binary-amd64/Packages.xz":
+        "Package: openjdk-17-jdk-headless\nVersion: 17.0.21+1-1~deb12u1\n\nPackage: libpq5\nVersion: 15.9-0\n",
+}
+
+
+def fetch(url: str) -> bytes:
+    if url not in INDEX:
+        raise OSError(f"404 {url}")
+    return lzma.compress(INDEX[url].encode())
+
+
+@pytest.fixture
+def base_lock(tmp_path: Path) -> Path:
+    p = tmp_path / "runner.lock.yml"
+    p.write_text(f"apt:\n  sources:\n    - {BASE}\n")
+    return p
+
+
+def test_debian_version_order():
+    for a, b in [("1.0", "1.0-1"), ("1.0~rc1", "1.0"), ("17.2-1", "17.10-1"), ("2.0", "1:0.1"), ("2.0a", "2.0.1"),
+                 ("1.2-1", "1.2-1+b1"), ("17.0.21+1-1~deb12u1", "17.0.21.1+2-1~deb12u1")]:
+        assert v.version_compare(a, b) < 0 < v.version_compare(b, a), (a, b)
+    assert v.version_compare("1.0-1", "1.0-1") == 0 == v.version_compare("01.0", "1.0")
+
+
+@pytest.mark.parametrize("doc,match", [
+    ([], "a mapping of variant name"),
+    ({"Runner": {"packages": ["x"]}}, "not a variant name"),
+    ({"runner": {"packages": ["x"]}}, "not a variant name"),
+    ({"go": {"packages": []}}, "non-empty list"),
+    ({"go": {"packages": ["golang=1.2"]}}, "not a Debian package name"),
+    ({"go": {"packages": ["golang"], "sources": ["deb [trusted=yes] http://x/ y main"]}}, "one-line apt sources"),
+    ({"go": {"packages": ["golang"], "environment": {"A B": "x"}}}, "variable names"),
+    ({"go": {"packages": ["golang"], "image": "x"}}, "unknown key"),
+])
+def test_a_bad_declaration_says_what_to_do(doc, match):
+    with pytest.raises(v.VariantError, match=match):
+        v.parse_declared(doc)
+
+
+def test_new_packages_are_pinned_and_pins_are_kept(tmp_path, base_lock):
+    lock = tmp_path / "kooi-images.lock.yml"
+    declared = {"pg": {"packages": ["libpq5"]}, "java17": {"packages": ["openjdk-17-jdk-headless"], "sources": [EXTRA]}}
+    res = v.check(declared, lock, base_lock, "amd64", write=True, fetch=fetch)
+    assert res["changed"] is True
+    assert v.load_lock(lock) == {"pg": {"sources": [], "packages": {"libpq5": "17.10-1"}},
+                                 "java17": {"sources": [EXTRA], "packages": {"openjdk-17-jdk-headless":
+                                                                             "17.0.21+1-1~deb12u1"}}}
+    # a pin stays when the archive moves on; nothing is fetched for a complete lock
+    before = dict(INDEX)
+    try:
+        INDEX.clear()
+        again = v.check(declared, lock, base_lock, "amd64", write=True, fetch=fetch)
+    finally:
+        INDEX.update(before)
+    assert again["changed"] is False and again["variants"]["pg"]["packages"] == {"libpq5": "17.10-1"}
+
+
+def test_a_package_the_archive_lacks_fails_naming_variant_and_package(tmp_path, base_lock):
+    lock = tmp_path / "kooi-images.lock.yml"
+    with pytest.raises(v.VariantError, match=r"not in the archive .*java17: openjdk-17-jdk-headless; pg: nope"):
+        v.check({"java17": {"packages": ["openjdk-17-jdk-headless"]}, "pg": {"packages": ["libpq5", "nope"]}},
+                lock, base_lock, "amd64", write=True, fetch=fetch)
+    assert not lock.exists()  # nothing written
+
+
+def test_no_variants_and_no_lock_write_nothing(tmp_path, base_lock):
+    lock = tmp_path / "kooi-images.lock.yml"
+    assert v.check({}, lock, base_lock, "amd64", write=True, fetch=fetch)["changed"] is False
+    assert not lock.exists()
