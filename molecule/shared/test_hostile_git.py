@@ -430,3 +430,80 @@ def test_review15_what_the_workload_did_is_listed(host, ctx, review15):
     # the work itself reached the host: the commit, and the refs as the workload left them
     log = as_runner(host, ctx, f"git -C {project} log --format=%s -1").stdout.strip()
     assert log == "work", log
+
+
+# The sixteenth review, against review 15's fixes:
+# - a link in the middle of a protected path's chain re-pointed (`tools` in
+#   `.vscode -> tools/vscode`, `tools -> shared/tools`): VS Code read the workload's tasks;
+# - HEAD left on refs/remotes/origin/main: the commit moved that ref, which then counted
+#   as the run's own branch;
+# - a link to a package beside a module (`app -> pkgsrc` beside app.py, `lib/util ->
+#   utilp` beside lib/util.py);
+# - a split index with a protected file staged: the shared part was refused, the index
+#   naming it copied back, and every git command on the host failed;
+# - a local GitHub action (what a watched workflow runs with `uses: ./...`).
+REVIEW16 = r"""
+cd /workspace
+export GIT_AUTHOR_NAME=w GIT_AUTHOR_EMAIL=w@w GIT_COMMITTER_NAME=w GIT_COMMITTER_EMAIL=w@w
+rm tools && mkdir -p evil/vscode && printf '{"version": "2.0.0", "tasks": [{"label": "x", "type": "shell",
+  "command": "touch %s-chain", "runOptions": {"runOn": "folderOpen"}}]}\n' "$MARK" > evil/vscode/tasks.json \
+  && ln -s evil tools; echo "HOSTILE chain $?"
+git symbolic-ref HEAD refs/remotes/origin/main && git commit -q --allow-empty -m evil; echo "HOSTILE head $?"
+mkdir -p pkgsrc lib/utilp && printf 'import os\nos.system("touch %s-linkpkg")\n' "$MARK" > pkgsrc/__init__.py \
+  && cp pkgsrc/__init__.py lib/utilp/__init__.py && ln -s pkgsrc app && ln -s utilp lib/util; echo "HOSTILE linkpkg $?"
+mkdir -p .github/actions/setup && echo 'runs: {using: composite, steps: []}' > .github/actions/setup/action.yml
+echo "HOSTILE action $?"
+git -c splitIndex.maxPercentChange=0 update-index --split-index && echo "touch $MARK-split" > .envrc \
+  && git -c splitIndex.maxPercentChange=0 add .envrc && rm .envrc; echo "HOSTILE split $?"
+echo "HOSTILE done"
+"""
+
+
+@pytest.fixture(scope="module", params=["container", "jail"])
+def review16(request, host, ctx):
+    mode = request.param
+    name = f"hostile-review16-{mode}"
+    project = f"{ctx.engine.runner_home}/kooi-hostile/{name}"
+    env = {"MARK": MARK, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+    doc: dict = {"mode": mode, "timeout": 120, "environment": env, "command": ["sh", "-c", REVIEW16]}
+    if mode == "container":
+        doc["image"] = "runner"
+    text = yaml.safe_dump(doc, sort_keys=False)
+    host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/{name}.yml "
+             f"&& chmod 0644 {WFDIR}/{name}.yml; rm -f {MARK}-*; rm -rf {project}")
+    setup = (f"mkdir -p {project}/shared/tools/vscode {project}/lib && cd {project} && git init -q ."
+             " && echo '{}' > shared/tools/vscode/settings.json && ln -s shared/tools tools && ln -s tools/vscode .vscode"
+             " && echo 'X = 1' > app.py && : > lib/__init__.py && echo 'Y = 1' > lib/util.py && git add -A"
+             " && git -c user.email=t@t -c user.name=t commit -q -m init"
+             " && git update-ref refs/remotes/origin/main HEAD && git tag v1.0 && git pack-refs --all")
+    assert as_runner(host, ctx, setup).succeeded
+    out = f"/var/lib/kooi/runs/{name}.json"
+    run = host.run(f"rm -f {out}; KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {shlex.quote(project)} "
+                   f"--json {out}")
+    result = json.loads(host.file(out).content_string) if host.file(out).exists else {}
+    as_runner(host, ctx, f"cd {project} && python3 -c 'import app' ; python3 -c 'import lib.util'")
+    status = as_runner(host, ctx, f"git -C {project} status --porcelain")
+    after = host.run(f"ls {MARK}-* 2>/dev/null").stdout.strip()
+    yield mode, project, run, result, status, after
+    host.run(f"rm -f {MARK}-*")
+
+
+def test_review16_nothing_of_the_workloads_runs_on_the_host(host, ctx, review16):
+    mode, project, run, result, status, after = review16
+    assert "HOSTILE done" in run.stdout and run.rc == 0, run.stdout[-3000:] + run.stderr
+    for step in ("chain", "head", "linkpkg", "action", "split"):
+        assert f"HOSTILE {step} 0" in run.stdout, (step, run.stdout[-3000:])
+    assert after == "", f"{mode}: the host ran the workload's code: {after}"
+    assert not host.file(f"{project}/.vscode/tasks.json").exists
+    assert status.rc == 0, f"{mode}: the host's git fails in the project: {status.stderr}"
+    head = host.file(f"{project}/.git/HEAD").content_string
+    assert head.startswith("ref: refs/heads/"), head
+
+
+def test_review16_what_the_workload_did_is_listed(host, ctx, review16):
+    mode, project, run, result, status, after = review16
+    guard = result["project_guard"]
+    refused = {r["path"] for r in guard["refused"]}
+    assert {"tools", "app", "lib/util", ".git/HEAD"} <= refused, guard["refused"]
+    changed = {c["path"] for c in guard["watched_changed"]}
+    assert {".git/refs/remotes/origin/main", ".github/actions/setup/action.yml"} <= changed, guard["watched_changed"]

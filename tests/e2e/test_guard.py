@@ -117,7 +117,7 @@ def _hidden(proj: Path, wfdir: Path, user: str) -> None:
 
 
 PLACES = ["{home}/.config/kooi-e2e-place", "{home}/.local/share/kooi-e2e-place", "/run/user/{uid}/kooi-e2e-place",
-          "/var/lib/kooi/runs/kooi-e2e-place", "{home}/.config"]
+          "/var/lib/kooi/runs/kooi-e2e-place", "{home}/.config", "{home}/bin"]
 
 
 @pytest.mark.parametrize("place", PLACES)

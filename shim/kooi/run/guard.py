@@ -47,6 +47,7 @@ from .envrc import envrc_targets
 from .forgery import ForgeryChecks
 from .fsat import open_dir, remove_at
 from .gitdata import MAX_VERIFY_BYTES, bound_problems, read_refs
+from .links import link_targets
 from .listed import Listed
 from .made import KEEP as KEEP  # re-exported: where kept work goes
 from .made import MadeByWorkload
@@ -56,7 +57,6 @@ from .protected import (
     PROTECTED_GLOBS,
     config_targets,
     is_git_data,
-    link_targets,
     package_targets,
     present_exposed,
     py_modules,

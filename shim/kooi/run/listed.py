@@ -70,5 +70,11 @@ class Listed:
                                                     "check the refs before you trust them"}]
         refs, head = found
         why = " (not the branch the run worked on: compare the run's work against it with care)"
-        return [{"path": f".git/{ref}" if ref != "(more)" else ".git/refs", "change": change + why}
-                for ref, change in refs_changed(self.refs, refs, {self.head, head})]
+        # The run's own branch: what HEAD named before and after, a branch only (review 16).
+        own = {h for h in (self.head, head) if h.startswith("refs/heads/")}
+        out = [{"path": f".git/{ref}" if ref != "(more)" else ".git/refs", "change": change + why}
+               for ref, change in refs_changed(self.refs, refs, own)]
+        if head != self.head:
+            out.append({"path": ".git/HEAD", "change": f"now names {head[:200] or '(nothing)'} "
+                                                       f"(was {self.head[:200] or '(nothing)'})"})
+        return out

@@ -177,15 +177,17 @@ class MadeByWorkload:
         """Review 15: a package the workload made beside a module (`app/__init__.py` next
         to `app.py`, hidden by `app/.gitignore`): the host's `import app` runs the
         package. Its `__init__` goes (kept in the run's archive; without it the directory
-        is no package, and the module is what Python imports again)."""
+        is no package, and the module is what Python imports again); a link to a package
+        there goes itself (review 16)."""
         refused: list[dict[str, str]] = []
         failed: list[str] = []
         for rel in packages:
             if rel in self.beside:
                 continue  # the project's own
-            pkg = rel.rpartition("/")[0]
-            item = {"path": rel, "change": f"created (a package beside the module {pkg}.py: Python imports "
-                                           "the package instead)", "how": "put back"}
+            link = os.path.islink(self.root / rel)
+            pkg = rel if link else rel.rpartition("/")[0]
+            item = {"path": rel, "change": f"created (a {'link to a ' if link else ''}package beside the module "
+                                           f"{pkg}.py: Python imports the package instead)", "how": "put back"}
             if (why := self._remove_made(rel, item)) is not None:
                 failed.append(why)
             refused.append(item)

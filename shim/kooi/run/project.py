@@ -213,7 +213,10 @@ def _place_problem(real: Path, cfg: EngineConfig, run_dir: str) -> str | None:
     p = str(real)
     if p in OWN_PROJECTS:
         return None
-    sensitive = (*SYSTEM_PLACES, *KOOI_PLACES, run_dir, f"/run/user/{cfg.runner_uid}", os.path.dirname(cfg.socket))
+    # ~/bin: Debian's ~/.profile puts it first on the runner's PATH (review 16: a jail
+    # wrote a `git` there, and the runner's next login shell ran it).
+    sensitive = (*SYSTEM_PLACES, *KOOI_PLACES, run_dir, f"/run/user/{cfg.runner_uid}", os.path.dirname(cfg.socket),
+                 os.path.join(cfg.runner_home, "bin"))
     for top in sensitive:
         if _within(p, top):
             return f"it is {top}" if p == top else f"it lies inside {top}"

@@ -13,6 +13,8 @@ import stat
 import sys
 from pathlib import Path
 
+from .links import leads_out
+
 # Other agents' and editors' project settings: the MCP servers, hooks, plugins, tasks
 # and language servers they start on the host when opened here, vim's exrc, sdkman's
 # environment.
@@ -199,12 +201,19 @@ WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "a
            # what hides a file from a review of `git status` (review 15: a .gitignore that
            # ignores itself and a test beside it), drivers git runs by path, compose's and
            # tools' environment (.env: COMPOSE_FILE names another compose file)
-           ".gitignore", ".gitattributes", ".env")
+           ".gitignore", ".gitattributes", ".env",
+           # review 16: local GitHub actions a watched workflow runs, other build systems'
+           # entry points and tools' startup files that run code of the project's
+           ".github/actions", ".gitlab", ".storybook", "CMakeLists.txt", "CMakePresets.json", "meson.build",
+           "configure", "configure.ac", "build.xml", "build.sbt", "SConstruct", "Vagrantfile", "flake.nix",
+           "shell.nix", "default.nix", "devenv.nix", "composer.json", "deno.json", "deno.jsonc", "WORKSPACE",
+           "WORKSPACE.bazel", "MODULE.bazel", ".bazelrc", ".bazelversion", ".golangci.yml", ".golangci.yaml",
+           ".Rprofile", ".ghci", "bunfig.toml", ".rspec", ".irbrc", ".pryrc", "Procfile", "Tiltfile")
 # The same for names of a kind, at the top: JavaScript tools' configuration modules
 # (loaded, so run, by the tool: ESLint, Prettier, Babel, Jest, lint-staged, commitlint...).
 WATCHED_GLOBS = ("*.config.js", "*.config.cjs", "*.config.mjs", "*.config.ts", "*.config.cts", "*.config.mts",
                  ".*rc", ".*rc.js", ".*rc.cjs", ".*rc.mjs", ".*rc.ts", ".*rc.json", ".*rc.yml", ".*rc.yaml",
-                 ".*rc.toml", "*.conf.js", "Gruntfile.*", "gulpfile.*")
+                 ".*rc.toml", "*.conf.js", "Gruntfile.*", "gulpfile.*", ".env.*")
 # Build entry points watched in every directory below the top too (outside
 # node_modules): a module's own `.mvn/jvm.config` or Makefile runs when someone builds
 # in that directory.
@@ -212,7 +221,8 @@ WATCHED_DEEP = frozenset({".mvn", "mvnw", "pom.xml", "build.gradle", "build.grad
                           "settings.gradle.kts", "gradle.properties", "gradlew", "package.json", "Makefile",
                           "GNUmakefile", "makefile", "Cargo.toml", "build.rs", "go.mod", "pyproject.toml", "setup.py",
                           "conftest.py", "CLAUDE.md", "AGENTS.md", "pytest.ini", "pytest.toml", ".pytest.ini",
-                          "tox.ini", "setup.cfg", ".gitignore", ".gitattributes"})
+                          "tox.ini", "setup.cfg", ".gitignore", ".gitattributes", "CMakeLists.txt", "meson.build",
+                          "build.xml", "build.sbt", "composer.json", "deno.json", "BUILD.bazel", "BUILD"})
 # Environments the host's tools and editors run from (present_exposed): said wherever
 # they are; a Python one by its pyvenv.cfg or conda-meta where the name is common.
 ENV_DIRS = frozenset({"node_modules", ".venv", "venv", "env", ".conda"})
@@ -351,36 +361,13 @@ def is_env(path: Path, name: str) -> bool:
     return os.path.exists(path / "pyvenv.cfg") or os.path.isdir(path / "conda-meta")
 
 
-def link_targets(root: Path, rels: list[str] | tuple[str, ...]) -> list[str]:
-    """Where the paths RELS lead inside the project when one of them, or a directory on
-    its way, is a symlink (review 15: `.vscode -> tools/vscode`, and VS Code ran the
-    tasks.json the workload wrote through the target): those places are what the host's
-    tools read, so they are protected too. A link to the project's top itself, or above
-    it within, is a GuardError of the caller's (ValueError here): kooi cannot protect the
-    whole project."""
-    real_root = os.path.realpath(root)
-    out: list[str] = []
-    for rel in rels:
-        p = root / rel
-        if not os.path.lexists(p):
-            continue
-        real = os.path.realpath(p)
-        if real == os.path.join(real_root, rel) or not real.startswith(real_root.rstrip("/") + "/"):
-            if real == real_root:
-                raise ValueError(rel)
-            continue  # no link on its way, or one out of the project (said by the walk)
-        target = os.path.relpath(real, real_root)
-        if target not in out and target not in rels:
-            out.append(target)
-    return out
-
-
-def leads_out(root: Path, real_root: str, rel: str) -> bool:
-    """The symlink at REL leads out of the project, as the host resolves it (through
-    other links: review 13's `build -> up/up/../..` with `up -> .`): what a host tool
-    that writes through it reaches."""
-    real = os.path.realpath(root / rel)
-    return not (real == real_root or real.startswith(real_root.rstrip("/") + "/"))
+def _is_package(path: Path) -> bool:
+    """PATH (through links, as Python's import) is a directory with an `__init__`."""
+    try:
+        return os.path.isdir(path) and any(n.split(".", 1)[0] == "__init__" and _IMPORTABLE.match(n)
+                                           for n in os.listdir(path))
+    except OSError:
+        return False
 
 
 # Compiled code Python runs instead of a module's source: byte code, and an extension
@@ -530,7 +517,8 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
     leads out of the project (with its target), PYC every compiled Python file; ENVS
     gets every environment below the top, and every symlink named like one; PACKAGES
     every package's `__init__` whose directory NAME stands beside a module NAME.py (or
-    another importable NAME.*): Python imports the package instead (review 15)."""
+    another importable NAME.*), or the symlink NAME to a package there: Python imports
+    the package instead (reviews 15, 16)."""
     dirs: list[str] = []
     others: list[str] = []
     deep: list[str] = []
@@ -587,6 +575,8 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
             if packages is not None and beside and not in_env and e.name.split(".", 1)[0] == "__init__" \
                     and _IMPORTABLE.match(e.name):
                 packages.append(child)
+            if packages is not None and link and not in_env and e.name in stems and _is_package(root / child):
+                packages.append(child)  # a link to a package, beside the module (review 16): the link
             if is_dir:
                 todo.append((child, in_modules or e.name == "node_modules", in_env or env,
                              not link and e.name in stems))

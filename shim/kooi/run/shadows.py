@@ -32,7 +32,10 @@ NOT_COPIED_BACK = frozenset({"rebase-merge", "rebase-apply", "sequencer"})
 # Git's data that must stay (without HEAD the directory is no repository, and git takes
 # a directory above it, of the workload's making, for one).
 NEVER_REMOVED = frozenset({"HEAD", "objects", "refs"})
-_HEAD_RE = re.compile(rb"\A(?:ref: refs/[A-Za-z0-9._/-]{1,240}|[0-9a-f]{40}|[0-9a-f]{64})\n?\Z")
+# A branch or a commit; never another kind of ref (review 16: HEAD left on
+# refs/remotes/origin/main moved that ref with every commit, and `git diff origin/main`
+# showed nothing).
+_HEAD_RE = re.compile(rb"\A(?:ref: refs/heads/[A-Za-z0-9._/-]{1,240}|[0-9a-f]{40}|[0-9a-f]{64})\n?\Z")
 # The empty repository kooi makes where a project has no .git, as the throwaway's mount
 # point (Guard.shadows), and what it holds (names, fingerprints without the mode).
 PLACEHOLDER_HEAD = b"ref: refs/heads/kooi-run-placeholder\n"
@@ -290,10 +293,24 @@ class Shadows:
         budget = [MAX_DATA_BYTES]
         try:
             names = {n for n in os.listdir(copy_fd) if is_git_data(n)} | set(t.copied)
+            # The index and a split index's shared parts go back together or not at all
+            # (review 16: a refused shared part and the index naming it left every git
+            # command on the host failing).
+            index_refused = None
+            for name in sorted(n for n in names - set(t.bound) if n == "index" or n.startswith("sharedindex.")):
+                now = fingerprint(copy_fd, name, content=True)
+                if now != t.copied.get(name, (None, None))[1] and \
+                        (why := self._data_refusal(copy_fd, real_fd, name, now, t.git)) is not None:
+                    index_refused = f"{name}: {why}"
+                    break
             for name in sorted(names - set(t.bound) - {"modules"}):
                 was_real, was_copy = t.copied.get(name, (None, None))
                 now = fingerprint(copy_fd, name, content=True)
                 if now == was_copy:
+                    continue
+                if index_refused is not None and (name == "index" or name.startswith("sharedindex.")):
+                    t.refused.append({"path": f"{t.git}/{name}", "change": f"the index kept whole ({index_refused})",
+                                      "how": "shadowed"})
                     continue
                 if fingerprint(real_fd, name) != was_real:
                     warnings.append(f"{t.git}/{name} changed on the host while the run ran: the run's is dropped")
