@@ -507,3 +507,60 @@ def test_review16_what_the_workload_did_is_listed(host, ctx, review16):
     assert {"tools", "app", "lib/util", ".git/HEAD"} <= refused, guard["refused"]
     changed = {c["path"] for c in guard["watched_changed"]}
     assert {".git/refs/remotes/origin/main", ".github/actions/setup/action.yml"} <= changed, guard["watched_changed"]
+
+
+# The seventeenth review: what a workload commits or stages without touching the work
+# tree. A commit of its own on the project's branch (objects and a ref: nothing for the
+# work-tree scan) carried `.envrc` and a module shadowing argparse; the host's `git stash`
+# wrote them. A link out of the project and a stdlib shadow staged, then removed from
+# the work tree: `git checkout -- .` wrote them back.
+REVIEW17 = r"""
+cd /workspace
+export GIT_AUTHOR_NAME=w GIT_AUTHOR_EMAIL=w@w GIT_COMMITTER_NAME=w GIT_COMMITTER_EMAIL=w@w
+branch=$(git symbolic-ref -q HEAD)
+b=$(printf 'import os\nos.system("touch %s-committed")\n' "$MARK" | git hash-object -w --stdin) \
+  && GIT_INDEX_FILE=/tmp/kooi-idx git read-tree HEAD \
+  && GIT_INDEX_FILE=/tmp/kooi-idx git update-index --add --cacheinfo "100644,$b,.envrc" \
+  && GIT_INDEX_FILE=/tmp/kooi-idx git update-index --add --cacheinfo "100644,$b,argparse.py" \
+  && t=$(GIT_INDEX_FILE=/tmp/kooi-idx git write-tree) \
+  && git update-ref "$branch" "$(git commit-tree "$t" -p HEAD -m bump)"; echo "HOSTILE commit $?"
+ln -s /root/.ssh target && printf 'import os\nos.system("touch %s-staged")\n' "$MARK" > json.py \
+  && git add target json.py && rm target json.py; echo "HOSTILE staged $?"
+echo "HOSTILE done"
+"""
+
+
+@pytest.fixture(scope="module", params=["container", "jail"])
+def review17(request, host, ctx):
+    mode = request.param
+    name = f"hostile-review17-{mode}"
+    project = f"{ctx.engine.runner_home}/kooi-hostile/{name}"
+    env = {"MARK": MARK, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+    doc: dict = {"mode": mode, "timeout": 120, "environment": env, "command": ["sh", "-c", REVIEW17]}
+    if mode == "container":
+        doc["image"] = "runner"
+    text = yaml.safe_dump(doc, sort_keys=False)
+    host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/{name}.yml "
+             f"&& chmod 0644 {WFDIR}/{name}.yml; rm -f {MARK}-*; rm -rf {project}")
+    setup = (f"mkdir -p {project} && cd {project} && git init -q . && echo r > README && git add -A"
+             " && git -c user.email=t@t -c user.name=t commit -q -m init")
+    assert as_runner(host, ctx, setup).succeeded
+    out = f"/var/lib/kooi/runs/{name}.json"
+    run = host.run(f"rm -f {out}; KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {shlex.quote(project)} "
+                   f"--json {out}")
+    result = json.loads(host.file(out).content_string) if host.file(out).exists else {}
+    host.run(f"cd {project} && git -c safe.directory='*' checkout -- . >/dev/null 2>&1")
+    yield mode, project, run, result
+    host.run(f"rm -f {MARK}-*")
+
+
+def test_review17_what_the_workload_committed_is_listed_and_what_it_staged_is_not_kept(host, ctx, review17):
+    mode, project, run, result = review17
+    assert "HOSTILE commit 0" in run.stdout and "HOSTILE staged 0" in run.stdout, run.stdout[-3000:] + run.stderr
+    guard = result["project_guard"]
+    committed = {c["path"]: c["change"] for c in guard["watched_changed"] if "committed on" in c["change"]}
+    assert set(committed) == {".envrc", "argparse.py"}, guard["watched_changed"]
+    assert "argparse" in committed["argparse.py"], committed
+    index = [r for r in guard["refused"] if r["path"] == ".git/index"]
+    assert index and "target" in index[0]["change"] and "json.py" in index[0]["change"], guard["refused"]
+    assert not host.file(f"{project}/target").exists and not host.file(f"{project}/json.py").exists

@@ -76,3 +76,44 @@ def test_root_verify_reads_the_runners_files_as_the_runner(host, ctx):
         assert '"runner_user"' in ctx.runner_text(host, "/etc/kooi/engine.json")  # what the runner may read
     finally:
         host.run(f"rm -f {link}")
+
+
+# Review 17 (F4): root's `kooi run --json RUNS/runcheck-result.json` made its temporary
+# file in the runner's run directory; the runner swapped a forged result onto that name,
+# root renamed it into place and printed its `log` raw: RUN-RESULT passed on the runner's
+# word, and an OSC title, an erase-line and a carriage return reached root's terminal.
+RACER = r"""
+import json, os, sys, time
+runs, marker = sys.argv[1], sys.argv[2]
+forged = {"schema": 1, "run_id": "forged", "exit_code": 0, "reason": "ok", "log": marker + "\x1b]0;T\x07\x1b[2K\r"}
+end = time.time() + 240
+while time.time() < end and not os.path.exists(runs + "/.kooi-hostile-racer-stop"):
+    for n in os.listdir(runs):
+        if n.startswith(".runcheck-") and n.endswith(".tmp"):
+            tmp = os.path.join(runs, ".kooi-hostile-forged")
+            with open(tmp, "w") as f:
+                json.dump(forged, f)
+            try:
+                os.replace(tmp, os.path.join(runs, n))
+                print("SWAPPED", n, flush=True)
+            except OSError:
+                pass
+    time.sleep(0.005)
+"""
+
+
+def test_the_runner_cannot_forge_what_root_verify_reports(host, ctx):
+    marker = "KOOI-HOSTILE-FORGED-RESULT"
+    host.run(f"rm -f {RUNS}/.kooi-hostile-racer-stop")
+    racer = f"{RUNS}/.kooi-hostile-racer.py"
+    assert as_runner(host, ctx, f"printf %s {shlex.quote(RACER)} > {racer}").succeeded
+    host.run(f"runuser -u {ctx.runner} -- setsid -f python3 {racer} {RUNS} {marker} "
+             f"> {RUNS}/.kooi-hostile-racer.out 2>&1 < /dev/null")
+    try:
+        res = host.run("kooi verify --check RUN-RESULT")
+    finally:
+        as_runner(host, ctx, f"touch {RUNS}/.kooi-hostile-racer-stop")
+        host.run(f"sleep 0.2; rm -f {RUNS}/.kooi-hostile-racer* {RUNS}/.kooi-hostile-forged")
+    out = res.stdout + res.stderr
+    assert marker not in out and "\x1b" not in out, out
+    assert "PASS RUN-RESULT" in out, out

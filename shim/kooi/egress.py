@@ -312,19 +312,23 @@ class JailBridge:
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
-    """One line of the 'kooi' logformat: time client status/code method url server bytes ms."""
-    f = line.split()
-    if len(f) < 8 or "/" not in f[2]:
+    """One line of the 'kooi' logformat (roles/egress): time, the proxy port the request
+    came in on, client, status/code, method, server, bytes, ms, and the URL last. Split
+    on ASCII spaces only, the URL whatever is left (review 17: a URL with no-break
+    spaces set the fields after it when the URL was in the middle and lines were split
+    on any whitespace)."""
+    f = line.rstrip("\r\n").split(" ", 8)
+    if len(f) < 9 or "/" not in f[3] or not f[1].isdigit():
         return None
     try:
         ts = float(f[0])
-        result, code = f[2].split("/", 1)
+        result, code = f[3].split("/", 1)
         entry: dict[str, Any] = {"time": datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds"),
-                 "client": f[1], "result": result, "status": int(code), "method": f[3], "url": f[4],
-                 "server": None if f[5] == "-" else f[5], "bytes": int(f[6]), "ms": int(f[7])}
+                                 "client": f[2], "result": result, "status": int(code), "method": f[4], "url": f[8],
+                                 "server": None if f[5] == "-" else f[5], "bytes": int(f[6]), "ms": int(f[7]),
+                                 "port": int(f[1])}  # the proxy port it came in on
     except ValueError:
         return None
-    entry["port"] = int(f[8]) if len(f) > 8 and f[8].isdigit() else None  # the proxy port it came in on
     entry["denied"] = "DENIED" in result
     host = entry["url"]
     if "://" in host:

@@ -17,6 +17,7 @@ from typing import Any
 
 from .checks import CHECKS, Context, cis, run_all
 from .checks.core import FAIL, NA, PASS, Host
+from .run.errors import neutral
 
 
 def probe_image_for(host: Host, ctx: Context, requested: str | None) -> str:
@@ -51,10 +52,17 @@ def run(spec: str = "local://", probe_image: str | None = None, ids: list[str] |
     }
 
 
+def shown(text: str) -> str:
+    """Evidence as one line of printable text: it quotes what the runner and workloads
+    can write (a run's log, a result file; review 17: an OSC title, an erase-line and a
+    carriage return reached root's terminal raw, with a forged PASS line)."""
+    return neutral(text).replace("\n", "\\n").replace("\t", " ")
+
+
 def render_text(report: dict[str, Any]) -> str:
     lines = [f"kooi verify {report['host']} ({report['engine_mode']}, probe {report['probe_image'][:19]})"]
     for c in report["checks"]:
-        lines.append(f"{c['status'].upper():4} {c['id']:<24} {c['evidence']}")
+        lines.append(f"{c['status'].upper():4} {c['id']:<24} {shown(c['evidence'])}")
     s = report["summary"]
     lines.append(f"verify: {s['pass']} passed, {s['fail']} failed, {s['na']} not applicable")
     return "\n".join(lines) + "\n"
@@ -68,7 +76,7 @@ def render_cis(report: dict[str, Any]) -> str:
         covered = ", ".join(it["checks"]) or "-"
         lines.append(f"{it['status'].upper():9} {it['item']:<6} {it['title']}  [{covered}]")
         if it["note"]:
-            lines.append(f"{'':16} {it['note']}")
+            lines.append(f"{'':16} {shown(it['note'])}")
     counts = {s: sum(1 for it in report["cis"] if it["status"] == s) for s in (PASS, FAIL, NA, "uncovered")}
     lines.append(f"cis: {counts[PASS]} items pass, {counts[FAIL]} fail, {counts[NA]} not applicable, "
                  f"{counts['uncovered']} not covered by a check")
@@ -83,12 +91,13 @@ def render_junit(report: dict[str, Any]) -> str:
     for c in report["checks"]:
         case = ET.SubElement(suite, "testcase", classname="kooi.verify", name=c["id"])
         cis_items = ", ".join(c.get("cis") or []) or "-"
+        evidence = shown(c["evidence"])  # XML 1.0 has no control characters
         ET.SubElement(case, "system-out").text = (f"{c['title']}\nthreat: {c['threat']}\n"
-                                                  f"{report.get('benchmark', 'CIS')}: {cis_items}\n{c['evidence']}")
+                                                  f"{report.get('benchmark', 'CIS')}: {cis_items}\n{evidence}")
         if c["status"] == FAIL:
-            ET.SubElement(case, "failure", message=c["evidence"][:500]).text = c["evidence"]
+            ET.SubElement(case, "failure", message=evidence[:500]).text = evidence
         elif c["status"] == NA:
-            ET.SubElement(case, "skipped", message=c["evidence"][:500])
+            ET.SubElement(case, "skipped", message=evidence[:500])
     return ET.tostring(root, encoding="unicode") + "\n"
 
 

@@ -345,12 +345,15 @@ def test_the_maven_example_downloads_its_dependencies_through_the_proxy(host, wf
     res, result = kooi_run("maven-online", project(), wfdir, timeout=1800)
     assert res.returncode == 0 and "BUILD SUCCESS" in res.stdout, res.stdout[-4000:] + res.stderr
     assert re.fullmatch(r"http://10\.0\.2\.2:31[4-7][0-9]", result["egress"]["proxy"]), result["egress"]
+    from kooi.egress import parse_line
+
     with ACCESS_LOG.open() as fh:
         fh.seek(size)
-        tunnels = [line.split() for line in fh if "CONNECT repo.maven.apache.org:443" in line]
+        tunnels = [e for e in map(parse_line, fh) if e and e["method"] == "CONNECT"
+                   and e["url"] == "repo.maven.apache.org:443"]
     # Every artifact came through the proxy: the tunnels carried megabytes.
-    assert tunnels and all(t[2] == "TCP_TUNNEL/200" for t in tunnels), tunnels[:5]
-    assert sum(int(t[6]) for t in tunnels) > 1_000_000, tunnels
+    assert tunnels and all((t["result"], t["status"]) == ("TCP_TUNNEL", 200) for t in tunnels), tunnels[:5]
+    assert sum(t["bytes"] for t in tunnels) > 1_000_000, tunnels
 
 
 def test_concurrent_runs_get_their_own_proxy_ports_and_only_their_own_refusals(host, wfdir, project, upstreams):

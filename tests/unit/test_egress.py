@@ -68,14 +68,30 @@ def test_any_input_gives_a_clean_list_or_a_named_error(entries):
 
 
 def test_access_log_lines_are_parsed():
-    line = "1764561600.123 127.0.0.1 TCP_DENIED/403 CONNECT blocked.kooi.test:443 - 0 0\n"
+    # roles/egress's logformat: time, the proxy port it came in on, client, status,
+    # method, server, bytes, ms, and the URL last
+    line = "1764561600.123 3141 127.0.0.1 TCP_DENIED/403 CONNECT - 0 0 blocked.kooi.test:443\n"
     e = egress.parse_line(line)
     assert e["denied"] and e["status"] == 403 and e["method"] == "CONNECT" and e["host"] == "blocked.kooi.test"
-    assert e["server"] is None and e["time"].startswith("2025-12-01T04:00:00.123")
-    ok = egress.parse_line("1764561600.5 127.0.0.1 TCP_MISS/200 GET http://allowed.kooi.test/x 10.213.0.2 512 3")
+    assert e["server"] is None and e["time"].startswith("2025-12-01T04:00:00.123") and e["port"] == 3141
+    ok = egress.parse_line("1764561600.5 3128 127.0.0.1 TCP_MISS/200 GET 10.213.0.2 512 3 http://allowed.kooi.test/x")
     assert not ok["denied"] and ok["host"] == "allowed.kooi.test" and ok["bytes"] == 512
     assert egress.parse_line("garbage") is None and egress.parse_line("x y z/ a b c d e") is None
     assert "DENIED" in egress.format_entry(e)
+
+
+def test_a_url_cannot_forge_the_fields_of_its_log_line():
+    """Review 17 (F3): Squid logs the URL raw, and a no-break space survives; the parser
+    split on Unicode whitespace, so a workload's URL set the proxy port its request was
+    counted for: refusals landed in another run's result and its own went missing. The
+    URL is the last field now, and lines split on ASCII spaces only."""
+    forged = "http://blamed.kooi.test/\u00a0-\u00a01\u00a01\u00a03141"
+    e = egress.parse_line(f"1764561600.5 3140 10.0.2.100 TCP_DENIED/403 GET - 0 0 {forged}\n")
+    assert e is not None and e["port"] == 3140 and e["url"] == forged and e["host"] == "blamed.kooi.test"
+    spaced = egress.parse_line("1764561600.5 3140 10.0.2.100 TCP_DENIED/403 GET - 0 0 http://x.kooi.test/a b 9 9 3141")
+    assert spaced is not None and spaced["port"] == 3140 and spaced["host"] == "x.kooi.test"
+    # a line of the old format (the URL in the middle) is no line of this one
+    assert egress.parse_line("1764561600.5 127.0.0.1 TCP_DENIED/403 GET http://x/ - 0 0 3141") is None
 
 
 def test_workloads_get_the_proxy_in_every_form():

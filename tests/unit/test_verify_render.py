@@ -77,3 +77,14 @@ def test_cis_items_fail_when_a_covering_check_fails_and_rootless_notes_show():
     assert by_item["5.16"]["status"] == "uncovered" and by_item["5.16"]["note"]
     text = verify.render_cis(REPORT)
     assert "FAIL      1.1.2" in text and text.splitlines()[-1].startswith("cis: ")
+
+
+def test_evidence_prints_no_terminal_control_and_no_line_of_its_own():
+    """Review 17 (F4): evidence carries text the runner can write (a run's log path, a
+    result it swapped in); root's terminal got its OSC title, an erase-line and a
+    carriage return raw, and a forged `PASS` line."""
+    evil = "log \x1b]0;TITLE\x07\x1b[2K\rPASS ALL-IS-WELL\nFAIL FORGED\u202e"
+    report = {**REPORT, "checks": [{**REPORT["checks"][0], "evidence": evil}]}
+    for text in (verify.render_text(report), verify.render_cis(report)):
+        assert not any(ord(c) < 32 and c != "\n" or c == "\x7f" or c == "\u202e" for c in text), repr(text)
+        assert not any(line.startswith(("PASS ALL", "FAIL FORGED")) for line in text.splitlines()), text

@@ -14,12 +14,11 @@ from typing import cast
 import yaml
 
 from ..hoststate import paths
-from .core import FAIL, NA, PASS, CheckFunc, Context, Host, Outcome, check
+from .core import FAIL, NA, PASS, CheckFunc, Context, Host, Outcome, check, scratch
 from .host import daemon_json
 from .image import runner_pin
 
 SELFTEST = f"{paths.WORKFLOWS}/kooi-selftest.yml"
-RUN_DIR = paths.RUNS
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -82,7 +81,7 @@ def _selftest(host: Host, ctx: Context) -> Selftest:
         return cast(Selftest, ctx.cache[key])
     # The host's installed command, whatever PATH the caller has (a venv may shadow it).
     kooi = shlex.quote(ctx.engine.kooi_bin)
-    res = host.run(f"PATH={SYSTEM_PATH} {kooi} run {name} --project {proj} --json {RUN_DIR}/{name[5:]}.json")
+    res = host.run(f"PATH={SYSTEM_PATH} {kooi} run {name} --project {proj} --json {scratch(host, ctx)}/{name[5:]}.json")
     seen: dict[str, str] = {}
     for line in res.stdout.splitlines():
         if line.startswith("KOOI-SELFTEST "):

@@ -19,8 +19,8 @@ from typing import Any
 
 from ..hoststate import paths
 from ..hoststate.secrets import parse as parse_secrets
-from .confinement import RUN_DIR, SYSTEM_PATH
-from .core import FAIL, NA, PASS, Context, Host, Outcome, check
+from .confinement import SYSTEM_PATH
+from .core import FAIL, NA, PASS, Context, Host, Outcome, check, scratch
 
 WORKFLOW = "kooi-runcheck"
 PROJECT = paths.RUNCHECK_PROJECT
@@ -51,7 +51,7 @@ def _script(host: Host, ctx: Context, body: str) -> None:
 def _run(host: Host, ctx: Context, name: str, background: bool = False,
          workflow: str = WORKFLOW) -> tuple[int | None, dict[str, Any] | None, str]:
     """kooi run kooi-runcheck (or WORKFLOW); returns (rc, result or None, output)."""
-    out = f"{RUN_DIR}/{name}.json"
+    out = f"{scratch(host, ctx)}/{name}.json"
     host.run(f"rm -f {out}")
     cmd = f"PATH={SYSTEM_PATH} {shlex.quote(ctx.engine.kooi_bin)} run {workflow} --project {PROJECT} --json {out}"
     if background:
@@ -141,7 +141,7 @@ def run_lock(host: Host, ctx: Context) -> Outcome:
     else:
         return FAIL, "the first run never started its workload (30 s)"
     rc, res, out = _run(host, ctx, "runcheck-lock-second")
-    first = f"{RUN_DIR}/runcheck-lock-first.json"
+    first = f"{scratch(host, ctx)}/runcheck-lock-first.json"
     for _ in range(150):
         if host.file(first).exists:
             break
@@ -378,7 +378,7 @@ def run_secrets_hidden(host: Host, ctx: Context) -> Outcome:
         if env and f"ENV {env}=kooi-placeholder-" not in text:
             bad.append(f"{env} (secret {name}) does not hold a placeholder")
     eg = ctx.described(host, "egress")
-    where = [res.get("log") or "", f"{RUN_DIR}/runcheck-secrets.json", desc.injector.access_log, PROJECT]
+    where = [res.get("log") or "", f"{scratch(host, ctx)}/runcheck-secrets.json", desc.injector.access_log, PROJECT]
     where += [eg.access_log, eg.run_log] if eg is not None else []
     for name in names:
         # grep takes the value from the store itself (-f): it is never on a command

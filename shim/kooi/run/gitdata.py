@@ -256,3 +256,43 @@ def refs_changed(before: dict[str, str], after: dict[str, str], own: set[str], l
     if len(out) > limit:
         out = out[:limit] + [("(more)", f"{len(out) - limit} more refs changed")]
     return out
+
+
+def git_plumbing(gitdir: str | os.PathLike[str], *args: str, timeout: float = 120) -> bytes | None:
+    """Run a git plumbing command on the git directory GITDIR (objects and refs only: no
+    work tree, no system or global configuration, no hooks, no fsmonitor, no replace
+    refs); its stdout, or None when it failed."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_DIR": str(gitdir), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_NO_REPLACE_OBJECTS": "1", "GIT_OPTIONAL_LOCKS": "0",
+           "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    try:
+        r = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", *args],
+                           cwd="/", env=env, capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+def tree_changes(gitdir: str | os.PathLike[str], old: str | None, new: str) -> list[tuple[str, int, str]] | None:
+    """(path, mode, object id) of every file the commit NEW adds or changes against the
+    commit OLD (all of NEW's files without OLD); None when git cannot tell."""
+    if old:
+        out = git_plumbing(gitdir, "diff-tree", "-r", "-z", "--no-renames", "--raw", old, new)
+    else:
+        out = git_plumbing(gitdir, "ls-tree", "-r", "-z", "--full-tree", new)
+    if out is None:
+        return None
+    found: list[tuple[str, int, str]] = []
+    if old:
+        parts = out.split(b"\0")
+        for i in range(0, len(parts) - 1, 2):
+            meta, path = parts[i].split(b" "), parts[i + 1]
+            if len(meta) >= 5 and meta[4][:1] in (b"A", b"M", b"T"):
+                found.append((path.decode(errors="replace"), int(meta[1], 8), meta[3].decode()))
+    else:
+        for entry in out.split(b"\0"):
+            head, _, name = entry.partition(b"\t")
+            bits = head.split(b" ")
+            if len(bits) == 3 and bits[1] == b"blob":
+                found.append((name.decode(errors="replace"), int(bits[0], 8), bits[2].decode()))
+    return found

@@ -8,8 +8,8 @@ import fnmatch
 import os
 from pathlib import Path
 
-from .gitdata import read_refs, refs_changed
-from .protected import DEEP, PROTECTED_GLOBS, WATCHED, WATCHED_GLOBS
+from .gitdata import git_plumbing, read_refs, refs_changed, tree_changes
+from .protected import DEEP, PROTECTED_GLOBS, WATCHED, WATCHED_GLOBS, compiled, py_shadow_name
 from .snapshot import Entry, change_of, scan
 
 
@@ -22,6 +22,7 @@ class Listed:
     watched_deep: tuple[str, ...]
     refs: dict[str, str] | None
     head: str
+    py_own: tuple[str, ...]
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -36,6 +37,57 @@ class Listed:
         return any(rel == p or rel.startswith(p + "/") for p in self.paths) \
             or any(fnmatch.fnmatch(parts[0], g) for g in PROTECTED_GLOBS) \
             or any(part in DEEP for part in parts[1:]) or ".git" in parts
+
+    def _risky(self, rel: str, mode: int, link_target: bytes | None, names: set[str]) -> str | None:
+        """Why a file at REL (git MODE; a symlink's LINK_TARGET) is one the host would run
+        or follow, as the work-tree checks judge it (review 17: committed or staged, the
+        host's `git checkout`, `git stash` or `git reset --hard` writes it back); NAMES:
+        the other paths of the same tree or index (a package beside a module)."""
+        if self._protected_rel(rel):
+            return "a protected path"
+        parent, _, name = rel.rpartition("/")
+        if mode >> 12 == 0o12:
+            target = (link_target or b"").decode(errors="replace")
+            dest = os.path.normpath(os.path.join("/top", parent, target))
+            if target.startswith("/") or not (dest == "/top" or dest.startswith("/top/")):
+                return f"a symlink out of the project (to {target[:120]})"
+            return None
+        if not parent and (shadow := py_shadow_name(name)) and shadow not in self.py_own:
+            return f"a module that shadows the host's Python module {shadow}"
+        if compiled(name, parent, {n.rpartition("/")[2] for n in names if n.rpartition("/")[0] == parent}):
+            return "compiled Python code"
+        if name.split(".", 1)[0] == "__init__" and parent:
+            up, _, pkg = parent.rpartition("/")
+            if any(n.startswith(f"{up}/{pkg}." if up else f"{pkg}.") and n.endswith((".py", ".so")) for n in names):
+                return f"a package beside the module {parent}.py"
+        return None
+
+    def _committed(self) -> list[dict[str, str]]:
+        """Files the run committed on a branch it moved that the host would run once a
+        checkout, stash or reset writes them (review 17: `.envrc`, `.vscode/tasks.json`
+        and argparse.py in a commit of the workload's came back with `git stash`)."""
+        if self.refs is None or not os.path.isdir(self.root / ".git"):
+            return []
+        found = read_refs(self.root / ".git")
+        if found is None:
+            return []
+        refs, _ = found
+        out: list[dict[str, str]] = []
+        moved = sorted(r for r in refs if r.startswith("refs/heads/") and refs[r] != self.refs.get(r))[:10]
+        for ref in moved:
+            changes = tree_changes(self.root / ".git", self.refs.get(ref), refs[ref])
+            if changes is None:
+                out.append({"path": f".git/{ref}", "change": "its new commits could not be read: check them "
+                                                             "before you check them out"})
+                continue
+            tree = git_plumbing(self.root / ".git", "ls-tree", "-r", "-z", "--name-only", "--full-tree", refs[ref])
+            names = {n.decode(errors="replace") for n in (tree or b"").split(b"\0") if n}
+            for rel, mode, oid in changes[:20000]:
+                target = git_plumbing(self.root / ".git", "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
+                if (why := self._risky(rel, mode, target, names)) is not None:
+                    out.append({"path": rel, "change": f"committed on {ref} ({why}): a checkout, `git stash` or "
+                                                       "`git reset --hard` on the host writes it"})
+        return out[:100]
 
     def _watched_names(self) -> tuple[str, ...]:
         try:

@@ -77,6 +77,14 @@ def _py_shadow_names() -> frozenset[str]:
     return frozenset(names - _PY_OWN)
 
 
+def py_shadow_name(name: str) -> str | None:
+    """The module NAME (a file at a project's top) shadows for the host's Python, if any."""
+    m = _IMPORTABLE.match(name)
+    if m and (m.group(1) in _py_shadow_names() or m.group(1).startswith(_SHADOW_PREFIXES)):
+        return m.group(1)
+    return None
+
+
 def py_modules(root: Path) -> dict[str, list[str]]:
     """The modules at ROOT's top named like a PY_TOOLS, standard-library or host-installed
     module, each with what makes it one: its files, or the symlink itself where Python

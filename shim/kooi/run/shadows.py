@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .fsat import MAX_DATA_BYTES, Fingerprint, chown_tree, copy_at, fingerprint, open_dir, read_at, remove_at
-from .gitdata import index_hidden, index_walk, lines_matching
+from .gitdata import git_plumbing, index_hidden, index_walk, lines_matching
 from .protected import MAX_FILE, is_git_data
 from .snapshot import Entry, GuardError, is_git_dir, restore
 
@@ -366,8 +366,8 @@ class Shadows:
                               "object in the history's place): taken out", "how": "put back"})
         return True
 
-    def _protected_rel(self, rel: str) -> bool:
-        raise NotImplementedError  # Guard's
+    def _risky(self, rel: str, mode: int, link_target: bytes | None, names: set[str]) -> str | None:
+        raise NotImplementedError  # Guard's (run.listed)
 
     def _data_refusal(self, copy_fd: int, real_fd: int, name: str, now: Fingerprint | None,
                       git: str = ".git") -> str | None:
@@ -399,19 +399,23 @@ class Shadows:
                 if n == "index" or n.startswith("sharedindex."):
                     index_walk(read_at(real_fd, n), None, was)
             top = git.rpartition("/")[0]
+            names = {(f"{top}/" if top else "") + p.decode(errors="replace") for p in staged}
             touched = []
             for path, entry in staged.items():
                 rel = (f"{top}/" if top else "") + path.decode(errors="replace")
+                mode = int.from_bytes(entry[:4], "big")
                 # An empty file writes nothing that runs (kooi's own placeholders, an
                 # empty .gitmodules, are staged by a workload's `git add -A`).
-                if entry[4:] in EMPTY_BLOBS and int.from_bytes(entry[:4], "big") >> 12 == 0o10:
+                if was.get(path) == entry or entry[4:] in EMPTY_BLOBS and mode >> 12 == 0o10:
                     continue
-                if was.get(path) != entry and self._protected_rel(rel):
-                    touched.append(rel)
+                target = git_plumbing(self.root / git, "cat-file", "blob", entry[4:].hex()) \
+                    if mode >> 12 == 0o12 else None
+                if (why := self._risky(rel, mode, target, names)) is not None:
+                    touched.append(f"{rel}: {why}")
             touched.sort()
             if touched:
-                return (f"protected paths staged ({', '.join(touched[:3])}): the host's `git checkout` or `git "
-                        "restore` would write the workload's version; kept the project's")
+                return (f"staged ({'; '.join(touched[:3])}): the host's `git checkout` or `git restore` would write "
+                        "the workload's version; kept the project's")
             new = sorted(after - (index_hidden(read_at(real_fd, name)) or set()))
             if new:
                 return (f"entries flagged assume-unchanged or skip-worktree ({', '.join(p.decode(errors='replace') for p in new[:3])}"
