@@ -67,3 +67,21 @@ def engine(provisioned):
                         f"XDG_RUNTIME_DIR=/run/user/{cfg['runner_uid']}", "docker", "load", "-q"],
                        stdin=fh, check=True, capture_output=True)
     return cfg
+
+
+@pytest.fixture(scope="session")
+def variants(engine):
+    """The runner image variants of examples/images/variants.yml (JDK 17, Go), built,
+    verified and pinned once per session by site.yml's image role; their pins and
+    images removed at the end."""
+    playbook("--tags", "runner_image", "-e", f"@{REPO / 'examples/images/variants.yml'}")
+    pins = json.loads(Path("/etc/kooi/images.json").read_text())
+    assert {"java17", "go"} <= set(pins), pins
+    yield pins
+    path = Path("/etc/kooi/images.json")
+    now = json.loads(path.read_text())
+    gone = [now.pop(n) for n in ("java17", "go") if n in now]
+    path.write_text(json.dumps(now, indent=2, sort_keys=True) + "\n")
+    for pin in gone:
+        subprocess.run(["runuser", "-u", engine["runner_user"], "--", "env", f"DOCKER_HOST=unix://{engine['socket']}",
+                        "docker", "rmi", "-f", pin["id"]], capture_output=True, check=False)

@@ -125,6 +125,28 @@ def test_python_clients_pinned_versions_and_the_getting_started_guides_fixture(h
         shutil.rmtree(proj, ignore_errors=True)
 
 
+def test_go_testcontainers_with_its_modules_through_the_go_preset(host, tc_wfdir, project, variants, postgres_image):
+    """Issue 31: testcontainers-go (v0.45) in the runner image's go variant, through the
+    broker; its modules come from the Go module proxy through the run's egress proxy (the
+    go preset) and are checked against the project's go.sum. A module host outside the
+    preset is refused, and the run's result says so."""
+    shutil.copy(REPO / "examples/workflows/testcontainers-go.yml", tc_wfdir / "testcontainers-go.yml")
+    proj = project("testcontainers-go")
+    res, result = kooi_run("testcontainers-go", proj, tc_wfdir, timeout=900)
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr
+    # its own address on its network: testcontainers-go's containers are on reaper_default
+    # (docs/testcontainers.md), whose published ports the run network's gateway does not reach
+    assert re.search(r"KOOI-TC-GO host=[0-9.]+ port=5432 total=42", res.stdout), res.stdout[-3000:]
+    assert "--- PASS: TestPostgresThroughTheBroker" in res.stdout and result["egress"]["refused"] == []
+    assert result["cleanup"]["failed"] == [] and run_objects(host, result["run_id"]) == []
+    variant(tc_wfdir, "testcontainers-go", "tc-go-elsewhere",
+            environment={"GOFLAGS": "-mod=readonly", "GOPROXY": "https://goproxy.kooi.invalid"})
+    res, result = kooi_run("tc-go-elsewhere", proj, tc_wfdir, timeout=900)
+    assert res.returncode != 0 and result["reason"] == "failed", res.stdout[-3000:]
+    assert {(r["method"], r["host"], r["status"]) for r in result["egress"]["refused"]} == \
+        {("CONNECT", "goproxy.kooi.invalid", 403)}, result["egress"]
+
+
 def test_node_testcontainers_reach_a_published_port_at_the_run_networks_gateway(host, tc_wfdir, project,
                                                                                postgres_image):
     """Node.js Testcontainers (getHost + getMappedPort): the workload, in a network
