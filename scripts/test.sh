@@ -8,9 +8,9 @@
 # them 94% busy), so the lanes do not make the work cheaper; they keep both cores busy
 # while one stage waits (test hosts booting, engines starting, timeouts, downloads) and
 # let the longest chains start early:
-#   lane 1 (streamed): yamllint, ansible-lint, role-docs, ruff, mypy, unit, images, local-e2e,
-#                      then (logged) molecule-nosystemd
-#   lane 2 (logged):   images-vm, molecule-apparmor (a QEMU guest under TCG)
+#   lane 1 (streamed): yamllint, ansible-lint, role-docs, ruff, mypy, unit, images, local-e2e
+#   lane 2 (logged):   images-vm, molecule-apparmor (a QEMU guest under TCG), then (after
+#                      lane 1's images) molecule-nosystemd
 #   lane 3 (logged):   (after lane 1's images) molecule-rootless
 #   lane 4 (logged):   (after lane 1's images) molecule-userns_remap
 # Every stage's output is in $KOOI_REPORT_DIR/logs/STAGE.log; lanes 2 to 4 print a
@@ -91,6 +91,10 @@ molecule_stage() {
 lane2() {
   stage images-vm images/vm/build.sh bookworm "$KOOI_IMAGE_DIR/vm"
   if ok images-vm; then molecule_stage apparmor; else skipped molecule-apparmor "images-vm failed"; fi
+  # Then the host without systemd (mode switches by direct management): it ended the
+  # critical path after local-e2e (1745 + 790 s); here it starts when the AppArmor guest
+  # ends (about 1400 s) and runs beside local-e2e's last part and the other scenarios.
+  if wait_for images; then molecule_stage nosystemd; else skipped molecule-nosystemd "images failed"; fi
 }
 lane3() {
   if wait_for images; then molecule_stage rootless; else skipped molecule-rootless "images failed"; fi
@@ -145,8 +149,6 @@ else
 fi
 stages=(yamllint ansible-lint role-docs ruff mypy unit images local-e2e)
 if [ "$quick" = 0 ]; then
-  # Lane 1 ends first: the host without systemd (mode switches by direct management).
-  if ok images; then STREAM=0 molecule_stage nosystemd; else skipped molecule-nosystemd "images failed"; fi
   if [ ${#lanes[@]} -gt 0 ]; then wait "${lanes[@]}" || true; else lane3; lane4; lane2; fi
   stages+=(molecule-nosystemd molecule-rootless images-vm molecule-apparmor molecule-userns_remap)
 fi
