@@ -522,6 +522,9 @@ b=$(printf 'import os\nos.system("touch %s-committed")\n' "$MARK" | git hash-obj
   && GIT_INDEX_FILE=/tmp/kooi-idx git read-tree HEAD \
   && GIT_INDEX_FILE=/tmp/kooi-idx git update-index --add --cacheinfo "100644,$b,.envrc" \
   && GIT_INDEX_FILE=/tmp/kooi-idx git update-index --add --cacheinfo "100644,$b,argparse.py" \
+  && l=$(printf '../../../../../etc/passwd\0/../../../../../../../../../../top/x' | git hash-object -w --stdin) \
+  && GIT_INDEX_FILE=/tmp/kooi-idx git update-index --add --cacheinfo "120000,$l,lnk" \
+  && for i in 0 1 2 3 4 5 6 7 8 9 10; do git branch "b$i"; done \
   && t=$(GIT_INDEX_FILE=/tmp/kooi-idx git write-tree) \
   && git update-ref "$branch" "$(git commit-tree "$t" -p HEAD -m bump)"; echo "HOSTILE commit $?"
 ln -s /root/.ssh target && printf 'import os\nos.system("touch %s-staged")\n' "$MARK" > json.py \
@@ -559,8 +562,12 @@ def test_review17_what_the_workload_committed_is_listed_and_what_it_staged_is_no
     assert "HOSTILE commit 0" in run.stdout and "HOSTILE staged 0" in run.stdout, run.stdout[-3000:] + run.stderr
     guard = result["project_guard"]
     committed = {c["path"]: c["change"] for c in guard["watched_changed"] if "committed on" in c["change"]}
-    assert set(committed) == {".envrc", "argparse.py"}, guard["watched_changed"]
-    assert "argparse" in committed["argparse.py"], committed
+    # review 18: a link blob with a NUL (git's checkout stops there: ../../etc/passwd), and
+    # eleven new branches sorted before the run's own one
+    assert set(committed) == {".envrc", "argparse.py", "lnk"}, guard["watched_changed"]
+    assert "argparse" in committed["argparse.py"] and "NUL" in committed["lnk"], committed
+    assert any(c["path"] == ".git/refs/heads" and c["change"].startswith("12 branches moved")
+               for c in guard["watched_changed"]), guard["watched_changed"]
     index = [r for r in guard["refused"] if r["path"] == ".git/index"]
     assert index and "target" in index[0]["change"] and "json.py" in index[0]["change"], guard["refused"]
     assert not host.file(f"{project}/target").exists and not host.file(f"{project}/json.py").exists

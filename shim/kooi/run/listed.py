@@ -12,6 +12,10 @@ from .gitdata import git_plumbing, read_refs, refs_changed, tree_changes
 from .protected import DEEP, PROTECTED_GLOBS, WATCHED, WATCHED_GLOBS, compiled, py_shadow_name
 from .snapshot import Entry, change_of, scan
 
+# How many moved branches, and files changed on each, kooi judges after a run (more: said).
+MAX_BRANCHES = 10
+MAX_CHANGES = 20000
+
 
 class Listed:
     """Guard's part for what it lists (a mixin: Guard holds the state)."""
@@ -47,6 +51,10 @@ class Listed:
             return "a protected path"
         parent, _, name = rel.rpartition("/")
         if mode >> 12 == 0o12:
+            if b"\0" in (link_target or b""):
+                # git's checkout makes the link from the blob as a C string, up to the
+                # first NUL (review 18: `../../etc/passwd\0/../../top/x` looked inside)
+                return "a symlink whose target holds a NUL byte"
             target = (link_target or b"").decode(errors="replace")
             dest = os.path.normpath(os.path.join("/top", parent, target))
             if target.startswith("/") or not (dest == "/top" or dest.startswith("/top/")):
@@ -71,10 +79,17 @@ class Listed:
         found = read_refs(self.root / ".git")
         if found is None:
             return []
-        refs, _ = found
+        refs, head = found
         out: list[dict[str, str]] = []
-        moved = sorted(r for r in refs if r.startswith("refs/heads/") and refs[r] != self.refs.get(r))[:10]
-        for ref in moved:
+        # HEAD's branch first, then the others; past the caps, said (review 18: ten new
+        # branches sorted before `main` hid its commit, 20,000 files hid the 20,001st).
+        moved = sorted((r for r in refs if r.startswith("refs/heads/") and refs[r] != self.refs.get(r)),
+                       key=lambda r: (r not in (head, self.head), r))
+        if len(moved) > MAX_BRANCHES:
+            out.append({"path": ".git/refs/heads", "change": f"{len(moved)} branches moved; kooi looked into the "
+                                                            f"commits of {MAX_BRANCHES} ({', '.join(moved[:MAX_BRANCHES])}) "
+                                                            "only: check the others before you check them out"})
+        for ref in moved[:MAX_BRANCHES]:
             changes = tree_changes(self.root / ".git", self.refs.get(ref), refs[ref])
             if changes is None:
                 out.append({"path": f".git/{ref}", "change": "its new commits could not be read: check them "
@@ -82,12 +97,16 @@ class Listed:
                 continue
             tree = git_plumbing(self.root / ".git", "ls-tree", "-r", "-z", "--name-only", "--full-tree", refs[ref])
             names = {n.decode(errors="replace") for n in (tree or b"").split(b"\0") if n}
-            for rel, mode, oid in changes[:20000]:
+            if len(changes) > MAX_CHANGES:
+                out.append({"path": f".git/{ref}", "change": f"{len(changes)} files changed; kooi judged the first "
+                                                             f"{MAX_CHANGES} only: check the rest before you check "
+                                                             "it out"})
+            for rel, mode, oid in changes[:MAX_CHANGES]:
                 target = git_plumbing(self.root / ".git", "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
                 if (why := self._risky(rel, mode, target, names)) is not None:
                     out.append({"path": rel, "change": f"committed on {ref} ({why}): a checkout, `git stash` or "
                                                        "`git reset --hard` on the host writes it"})
-        return out[:100]
+        return out[:2 * MAX_BRANCHES + 100]
 
     def _watched_names(self) -> tuple[str, ...]:
         try:
