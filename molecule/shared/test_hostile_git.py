@@ -378,27 +378,34 @@ echo "HOSTILE done"
 """
 
 
-@pytest.fixture(scope="module", params=["container", "jail"])
-def review15(request, host, ctx):
-    mode = request.param
-    name = f"hostile-review15-{mode}"
+def review_run(host, ctx, name: str, mode: str, script: str, setup):
+    """One hostile run of SCRIPT (workflow NAME, MODE) on a fresh project at
+    ~/kooi-hostile/NAME that the command SETUP(project) made as the runner: (the
+    project, the run's command result, its JSON result)."""
     project = f"{ctx.engine.runner_home}/kooi-hostile/{name}"
     env = {"MARK": MARK, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
-    doc: dict = {"mode": mode, "timeout": 120, "environment": env, "command": ["sh", "-c", REVIEW15]}
+    doc: dict = {"mode": mode, "timeout": 120, "environment": env, "command": ["sh", "-c", script]}
     if mode == "container":
         doc["image"] = "runner"
     text = yaml.safe_dump(doc, sort_keys=False)
     host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/{name}.yml "
              f"&& chmod 0644 {WFDIR}/{name}.yml; rm -f {MARK}-*; rm -rf {project}")
-    setup = (f"mkdir -p {project}/tools/vscode && cd {project} && git init -q . && echo 'X = 1' > app.py"
-             " && echo '{}' > tools/vscode/tasks.json && ln -s tools/vscode .vscode && git add -A"
-             " && git -c user.email=t@t -c user.name=t commit -q -m init"
-             " && git update-ref refs/remotes/origin/main HEAD && git tag v1.0")
-    assert as_runner(host, ctx, setup).succeeded
+    assert as_runner(host, ctx, setup(project)).succeeded
     out = f"/var/lib/kooi/runs/{name}.json"
     run = host.run(f"rm -f {out}; KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {shlex.quote(project)} "
                    f"--json {out}")
-    result = json.loads(host.file(out).content_string) if host.file(out).exists else {}
+    return project, run, json.loads(host.file(out).content_string) if host.file(out).exists else {}
+
+
+@pytest.fixture(scope="module", params=["container", "jail"])
+def review15(request, host, ctx):
+    mode = request.param
+    project, run, result = review_run(
+        host, ctx, f"hostile-review15-{mode}", mode, REVIEW15,
+        lambda p: f"mkdir -p {p}/tools/vscode && cd {p} && git init -q . && echo 'X = 1' > app.py"
+                  " && echo '{}' > tools/vscode/tasks.json && ln -s tools/vscode .vscode && git add -A"
+                  " && git -c user.email=t@t -c user.name=t commit -q -m init"
+                  " && git update-ref refs/remotes/origin/main HEAD && git tag v1.0")
     # What the host does next: import the project's module, discard the changes git shows.
     as_runner(host, ctx, f"cd {project} && python3 -c 'import app'")
     host.run(f"cd {project} && git -c safe.directory='*' checkout -- . >/dev/null 2>&1")
@@ -462,25 +469,14 @@ echo "HOSTILE done"
 @pytest.fixture(scope="module", params=["container", "jail"])
 def review16(request, host, ctx):
     mode = request.param
-    name = f"hostile-review16-{mode}"
-    project = f"{ctx.engine.runner_home}/kooi-hostile/{name}"
-    env = {"MARK": MARK, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
-    doc: dict = {"mode": mode, "timeout": 120, "environment": env, "command": ["sh", "-c", REVIEW16]}
-    if mode == "container":
-        doc["image"] = "runner"
-    text = yaml.safe_dump(doc, sort_keys=False)
-    host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/{name}.yml "
-             f"&& chmod 0644 {WFDIR}/{name}.yml; rm -f {MARK}-*; rm -rf {project}")
-    setup = (f"mkdir -p {project}/shared/tools/vscode {project}/lib && cd {project} && git init -q ."
-             " && echo '{}' > shared/tools/vscode/settings.json && ln -s shared/tools tools && ln -s tools/vscode .vscode"
-             " && echo 'X = 1' > app.py && : > lib/__init__.py && echo 'Y = 1' > lib/util.py && git add -A"
-             " && git -c user.email=t@t -c user.name=t commit -q -m init"
-             " && git update-ref refs/remotes/origin/main HEAD && git tag v1.0 && git pack-refs --all")
-    assert as_runner(host, ctx, setup).succeeded
-    out = f"/var/lib/kooi/runs/{name}.json"
-    run = host.run(f"rm -f {out}; KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {shlex.quote(project)} "
-                   f"--json {out}")
-    result = json.loads(host.file(out).content_string) if host.file(out).exists else {}
+    project, run, result = review_run(
+        host, ctx, f"hostile-review16-{mode}", mode, REVIEW16,
+        lambda p: f"mkdir -p {p}/shared/tools/vscode {p}/lib && cd {p} && git init -q ."
+                  " && echo '{}' > shared/tools/vscode/settings.json && ln -s shared/tools tools"
+                  " && ln -s tools/vscode .vscode"
+                  " && echo 'X = 1' > app.py && : > lib/__init__.py && echo 'Y = 1' > lib/util.py && git add -A"
+                  " && git -c user.email=t@t -c user.name=t commit -q -m init"
+                  " && git update-ref refs/remotes/origin/main HEAD && git tag v1.0 && git pack-refs --all")
     as_runner(host, ctx, f"cd {project} && python3 -c 'import app' ; python3 -c 'import lib.util'")
     status = as_runner(host, ctx, f"git -C {project} status --porcelain")
     after = host.run(f"ls {MARK}-* 2>/dev/null").stdout.strip()
@@ -536,22 +532,10 @@ echo "HOSTILE done"
 @pytest.fixture(scope="module", params=["container", "jail"])
 def review17(request, host, ctx):
     mode = request.param
-    name = f"hostile-review17-{mode}"
-    project = f"{ctx.engine.runner_home}/kooi-hostile/{name}"
-    env = {"MARK": MARK, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
-    doc: dict = {"mode": mode, "timeout": 120, "environment": env, "command": ["sh", "-c", REVIEW17]}
-    if mode == "container":
-        doc["image"] = "runner"
-    text = yaml.safe_dump(doc, sort_keys=False)
-    host.run(f"install -d -m 0755 {WFDIR} && printf %s {shlex.quote(text)} > {WFDIR}/{name}.yml "
-             f"&& chmod 0644 {WFDIR}/{name}.yml; rm -f {MARK}-*; rm -rf {project}")
-    setup = (f"mkdir -p {project} && cd {project} && git init -q . && echo r > README && git add -A"
-             " && git -c user.email=t@t -c user.name=t commit -q -m init")
-    assert as_runner(host, ctx, setup).succeeded
-    out = f"/var/lib/kooi/runs/{name}.json"
-    run = host.run(f"rm -f {out}; KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {shlex.quote(project)} "
-                   f"--json {out}")
-    result = json.loads(host.file(out).content_string) if host.file(out).exists else {}
+    project, run, result = review_run(
+        host, ctx, f"hostile-review17-{mode}", mode, REVIEW17,
+        lambda p: f"mkdir -p {p} && cd {p} && git init -q . && echo r > README && git add -A"
+                  " && git -c user.email=t@t -c user.name=t commit -q -m init")
     host.run(f"cd {project} && git -c safe.directory='*' checkout -- . >/dev/null 2>&1")
     yield mode, project, run, result
     host.run(f"rm -f {MARK}-*")

@@ -281,8 +281,7 @@ def build(client: _ImageClient, context: Path, lock: Lock, name: str = "runner",
     # image inherits it (a workload can pull one through the broker; kooi took the first
     # labelled image for the runner image and pinned it unverified).
     mine = {p.id for p in pins.values()}
-    existing = [img for img in client.images.list(filters={"label": f"{labels.INPUTS}={h}"})
-                if img.id in mine and img.labels.get(labels.INPUTS) == h]
+    existing = [img for img in client.images.list(filters={"label": f"{labels.INPUTS}={h}"}) if img.id in mine]
     want_pin = None
     if existing:
         img = existing[0]

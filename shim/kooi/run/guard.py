@@ -464,7 +464,7 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
             except OSError as exc:
                 failed.append(f"the project's protected paths: {exc.strerror or exc}")
         self._archive_close()
-        changed = self._watched_changed() + self._refs_moved() + self._committed()
+        changed = self._watched_changed() + self._refs_said()
         record: dict[str, Any] = {"protected": list(self.paths), "refused": shadowed + refused,
                                   "restored": not failed, "restore_failed": failed, "watched_changed": changed,
                                   "exposed": self.exposed + [e for e in present_exposed(self.root)

@@ -62,7 +62,10 @@ class Listed:
             return None
         if not parent and (shadow := py_shadow_name(name)) and shadow not in self.py_own:
             return f"a module that shadows the host's Python module {shadow}"
-        if compiled(name, parent, {n.rpartition("/")[2] for n in names if n.rpartition("/")[0] == parent}):
+        # siblings matter for an extension module only (compiled()): not listed for others
+        siblings = {n.rpartition("/")[2] for n in names if n.rpartition("/")[0] == parent} \
+            if name.endswith(".so") else set()
+        if compiled(name, parent, siblings):
             return "compiled Python code"
         if name.split(".", 1)[0] == "__init__" and parent:
             up, _, pkg = parent.rpartition("/")
@@ -70,16 +73,23 @@ class Listed:
                 return f"a package beside the module {parent}.py"
         return None
 
-    def _committed(self) -> list[dict[str, str]]:
-        """Files the run committed on a branch it moved that the host would run once a
-        checkout, stash or reset writes them (review 17: `.envrc`, `.vscode/tasks.json`
-        and argparse.py in a commit of the workload's came back with `git stash`)."""
+    def _refs_said(self) -> list[dict[str, str]]:
+        """What the run did to the project's refs (read once after it): the refs it moved
+        but its own branch, and what it committed on the branches it moved."""
         if self.refs is None or not os.path.isdir(self.root / ".git"):
             return []
         found = read_refs(self.root / ".git")
         if found is None:
-            return []
-        refs, head = found
+            return [{"path": ".git/refs", "change": "unreadable after the run, or more refs than kooi compares: "
+                                                    "check the refs before you trust them"}]
+        return self._refs_moved(*found) + self._committed(*found)
+
+    def _committed(self, refs: dict[str, str], head: str) -> list[dict[str, str]]:
+        """Files the run committed on a branch it moved (REFS, HEAD: after the run) that
+        the host would run once a checkout, stash or reset writes them (review 17:
+        `.envrc`, `.vscode/tasks.json` and argparse.py in a commit of the workload's came
+        back with `git stash`)."""
+        assert self.refs is not None
         out: list[dict[str, str]] = []
         # HEAD's branch first, then the others; past the caps, said (review 18: ten new
         # branches sorted before `main` hid its commit, 20,000 files hid the 20,001st).
@@ -95,18 +105,23 @@ class Listed:
                 out.append({"path": f".git/{ref}", "change": "its new commits could not be read: check them "
                                                              "before you check them out"})
                 continue
-            tree = git_plumbing(self.root / ".git", "ls-tree", "-r", "-z", "--name-only", "--full-tree", refs[ref])
-            names = {n.decode(errors="replace") for n in (tree or b"").split(b"\0") if n}
+            names: set[str] | None = None  # the branch's files, read where a judgement needs them
             if len(changes) > MAX_CHANGES:
                 out.append({"path": f".git/{ref}", "change": f"{len(changes)} files changed; kooi judged the first "
                                                              f"{MAX_CHANGES} only: check the rest before you check "
                                                              "it out"})
             for rel, mode, oid in changes[:MAX_CHANGES]:
+                if names is None and (rel.rpartition("/")[2].startswith("__init__.") or rel.endswith(".so")):
+                    names = self._tree_names(refs[ref])
                 target = git_plumbing(self.root / ".git", "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
-                if (why := self._risky(rel, mode, target, names)) is not None:
+                if (why := self._risky(rel, mode, target, names or set())) is not None:
                     out.append({"path": rel, "change": f"committed on {ref} ({why}): a checkout, `git stash` or "
                                                        "`git reset --hard` on the host writes it"})
         return out[:2 * MAX_BRANCHES + 100]
+
+    def _tree_names(self, commit: str) -> set[str]:
+        tree = git_plumbing(self.root / ".git", "ls-tree", "-r", "-z", "--name-only", "--full-tree", commit)
+        return {n.decode(errors="replace") for n in (tree or b"").split(b"\0") if n}
 
     def _watched_names(self) -> tuple[str, ...]:
         try:
@@ -128,18 +143,12 @@ class Listed:
             changed.append({"path": rel, "change": change_of(b, a)})
         return changed
 
-    def _refs_moved(self) -> list[dict[str, str]]:
+    def _refs_moved(self, refs: dict[str, str], head: str) -> list[dict[str, str]]:
         """Review 15: the refs a review compares the run's work against (a remote-tracking
         branch, a tag) moved to the run's commit hide it (`git diff origin/main` shows
         nothing, `git checkout v1.0` builds the workload's code). Every ref the run
-        changed but the branch it worked on, said."""
-        if self.refs is None or not os.path.isdir(self.root / ".git"):
-            return []
-        found = read_refs(self.root / ".git")
-        if found is None:
-            return [{"path": ".git/refs", "change": "unreadable after the run, or more refs than kooi compares: "
-                                                    "check the refs before you trust them"}]
-        refs, head = found
+        changed (REFS, HEAD: after the run) but the branch it worked on, said."""
+        assert self.refs is not None
         why = " (not the branch the run worked on: compare the run's work against it with care)"
         # The run's own branch: what HEAD named before and after, a branch only (review 16).
         own = {h for h in (self.head, head) if h.startswith("refs/heads/")}

@@ -109,9 +109,8 @@ def py_modules(root: Path) -> dict[str, list[str]]:
                 continue
             if inner:
                 out.setdefault(e.name, []).extend([e.name] if link else [f"{e.name}/{n}" for n in sorted(inner)])
-        elif not is_dir and (m := _IMPORTABLE.match(e.name)) and (
-                m.group(1) in names or m.group(1).startswith(_SHADOW_PREFIXES)):
-            out.setdefault(m.group(1), []).append(e.name)
+        elif not is_dir and (shadow := py_shadow_name(e.name)) is not None:
+            out.setdefault(shadow, []).append(e.name)
     return out
 
 
@@ -126,7 +125,7 @@ def py_top_names(root: Path) -> list[str]:
     for e in entries:
         try:
             if e.is_dir():
-                if any(n.split(".", 1)[0] == "__init__" and _IMPORTABLE.match(n) for n in os.listdir(e.path)):
+                if _is_package(Path(e.path)):
                     out.add(e.name)
             elif m := _IMPORTABLE.match(e.name):
                 out.add(m.group(1))
