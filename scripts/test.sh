@@ -43,6 +43,13 @@ logs=$KOOI_REPORT_DIR/logs
 mkdir -p "$logs"
 rm -f "$logs"/*.status "$logs"/*.log
 start=$SECONDS
+# Free disk (MiB, on the file systems the engines and test hosts write to) every 10 s:
+# a full disk fails image loads in three test hosts at once, and only this says so.
+disk_free() { df -m --output=avail / /var/lib/docker /var/tmp 2>/dev/null | awk 'NR > 1 && (m == "" || $1 < m) {m = $1} END {print m}'; }
+echo "=== free disk at the start: $(disk_free) MiB"
+( while :; do echo "$((SECONDS - start)) $(disk_free)"; sleep 10; done ) >"$logs/disk.samples" 2>/dev/null &
+disk_sampler=$!
+trap 'kill "$disk_sampler" 2>/dev/null || true' EXIT
 
 # stage NAME CMD...: run CMD with a time limit, its output in $logs/NAME.log (also on
 # stdout when STREAM=1, else printed whole when it ends); "rc seconds" in NAME.status.
@@ -83,6 +90,7 @@ molecule_diagnostics() {
     timeout 60 docker exec "$c" sh -c 'systemctl list-jobs --no-pager; systemctl --failed --no-pager;
       ps -eo pid,user,etime,stat,args --forest | head -80; journalctl --no-pager -n 200 -o short-monotonic'
   done
+  echo; echo "=== free disk now: $(disk_free) MiB"; df -h / /var/lib/docker /var/tmp
 }
 molecule_stage() {
   # 3600 s: with three lanes on two cores a full rootless scenario took 2420 s once.
@@ -162,11 +170,12 @@ for s in "${stages[@]}"; do
     # messages, Molecule's failed step, the stage's own time-out line.
     # Molecule frames a step's output with colour codes and "│ ", which go first.
     sed -E 's/\x1b\[[0-9;]*m//g; s/^ *│ ?//; /FAILED - RETRYING/d; /glob failed/d' "$logs/$s.log" |
-      grep -a -E -A4 '^ *(FAILED|ERROR) |^ *E  |fatal: \[|failed: \[|FAILED!|CRITICAL|Executed: Failed|timed out after' |
+      grep -a -E -A4 '^ *(FAILED|ERROR) |^ *E  |fatal: \[|failed: \[|FAILED!|CRITICAL|Executed: Failed|timed out after|^ *(msg|stderr): ' |
       cut -c1-400 | tail -n 80
   }
 done
-echo; echo "=== summary (wall $((SECONDS - start)) s)"
+echo; echo "=== summary (wall $((SECONDS - start)) s; free disk: $(disk_free) MiB now, at least" \
+  "$(awk 'NR == 1 || $2 < m {m = $2; t = $1} END {print m " MiB (at +" t " s)"}' "$logs/disk.samples"))"
 failed=()
 for s in "${stages[@]}"; do
   read -r rc secs <"$logs/$s.status" 2>/dev/null || { rc=missing; secs=0; }

@@ -40,6 +40,9 @@ def register(sub: Any) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
+    import docker.errors
+    import requests.exceptions
+
     from .. import image
     from ..variants import VariantError
 
@@ -51,6 +54,11 @@ def command(args: argparse.Namespace) -> int:
                 "variants": _variants}[args.action](args, where)
     except (image.ImageError, HostStateError, VariantError) as exc:
         return fail(where, exc)
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        # The engine's own refusal (a full disk during a load or build, among others):
+        # said in one line, not as a traceback that Ansible shows as "no JSON".
+        why = getattr(exc, "explanation", None) or str(exc) or exc.__class__.__name__
+        return fail(where, f"the runner's engine failed: {why}")
 
 
 def _variants(args: argparse.Namespace, where: str) -> int:
