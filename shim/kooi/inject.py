@@ -96,6 +96,21 @@ def _drop_to(user: str) -> None:
         raise InjectError("could not drop root")
 
 
+def _raise_limits() -> None:
+    """Descriptors for the proxy's bound (injectproxy.MAX_CONNECTIONS, each forwarded
+    request one more upstream) and small thread stacks: a connection is a thread."""
+    import resource
+
+    from .injectproxy import MAX_CONNECTIONS, THREAD_STACK
+
+    want = 2 * MAX_CONNECTIONS + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        top = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, top), hard))
+    threading.stack_size(THREAD_STACK)
+
+
 def serve(cfg: SecretsConfig, workflow_dir: Path | None = None) -> int:
     """Root: read the values, open the sockets, drop to the injector's user, serve until
     SIGTERM/SIGINT."""
@@ -115,6 +130,7 @@ def serve(cfg: SecretsConfig, workflow_dir: Path | None = None) -> int:
     control = ControlServer(inj.control, inj.control_group, cfg, values, registry, workflow_dir)
     os.chown(inj.control, 0, inj.control_group)
     os.chmod(inj.control, 0o660)
+    _raise_limits()
     proxy = ProxyServer((inj.listen, inj.port), cfg, values, registry)
     Path(inj.pid_file).write_text(f"{os.getpid()}\n")
     os.chmod(inj.pid_file, 0o644)

@@ -26,6 +26,9 @@ PLACEHOLDER_PREFIX = "kooi-placeholder-"
 RUN_RE = re.compile(r"^[A-Za-z0-9._-]{1,160}\Z")
 # Requests of one run forwarded at once (its slots; kooi.injectproxy takes them).
 MAX_PER_RUN = 16
+# Runs registered at once: the injector's connection bound (injectproxy.MAX_CONNECTIONS)
+# holds this many runs' whole share of connections (egress.RUN_CONNECTIONS each).
+MAX_RUNS = 64
 MAX_RECORDED = 200
 
 
@@ -42,7 +45,7 @@ class RunRecord:
     forwarded: int = 0
     refused: list[dict[str, Any]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
-    slots: threading.BoundedSemaphore = field(default_factory=lambda: threading.BoundedSemaphore(MAX_PER_RUN))
+    active: int = 0  # requests of the run being forwarded now (injectproxy.ProxyServer.take_slot)
 
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run, "workflow": self.workflow, "secrets": sorted(self.tokens),
@@ -75,6 +78,9 @@ class Registry:
             self._prune()
             if run in self.runs:
                 raise InjectError(f"run {run} is registered already")
+            if len(self.runs) >= MAX_RUNS:
+                raise InjectError(f"the injector serves at most {MAX_RUNS} runs at once (each may hold "
+                                  "its share of connections and slots); wait for one to end")
             rec = RunRecord(run, workflow, time.time() + ttl, keys={n: (keys or {}).get(n, n) for n in names})
             for n in names:
                 tok = PLACEHOLDER_PREFIX + pysecrets.token_urlsafe(24)

@@ -14,16 +14,25 @@ import threading
 import time
 from typing import Any
 
+from .egress import RUN_CONNECTIONS
 from .hoststate.secrets import SecretDef, SecretsConfig
-from .injectcontrol import MAX_PER_RUN, PLACEHOLDER_PREFIX, Registry, RunRecord
+from .injectcontrol import MAX_PER_RUN, MAX_RUNS, PLACEHOLDER_PREFIX, Registry, RunRecord
 
 MAX_BODY = 32 << 20  # the Messages API's own request limit
-# Requests forwarded at once: per run (MAX_PER_RUN, kooi.injectcontrol: one run cannot
-# take the others' share) and over all runs. A slot is taken only once the whole body
-# is in, read within BODY_DEADLINE seconds: a run that trickles its bodies holds no slot
-# (issue 29, finding 4).
-MAX_CONCURRENT = 256
+# Requests forwarded at once (issue 29, finding 4): a run's first RESERVED_PER_RUN are
+# its own (no other run's requests take them), the rest up to MAX_PER_RUN
+# (kooi.injectcontrol) come from SHARED_SLOTS that all runs share. A slot is taken only
+# once the whole body is in, read within BODY_DEADLINE seconds: a run that trickles its
+# bodies holds none.
+RESERVED_PER_RUN = 4
+SHARED_SLOTS = 256
 BODY_DEADLINE = 60.0
+# Connections open at once (each a thread and a descriptor): every registered run's
+# whole share (the egress rules and jailfwd let a run hold RUN_CONNECTIONS to the proxy
+# and the injector together) and some for the host's own clients; past it a connection
+# is answered 503 and closed. inject.serve raises the descriptor limit to match.
+MAX_CONNECTIONS = RUN_CONNECTIONS * MAX_RUNS + 64
+THREAD_STACK = 512 << 10
 # Anthropic-defined tools the client runs (the API only describes them to the model);
 # every other typed tool runs on the API's side, reaching hosts the request names.
 CLIENT_TOOL_TYPES = ("custom", "bash_", "text_editor_", "computer_", "memory_")
@@ -181,11 +190,16 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             return
         rec, name = hit
         sdef = self.server.cfg.secrets[name]
-        path = self.path
-        if not path.startswith("/") or not sdef.allows(self.command, path.split("?", 1)[0]):
+        path, _, query = self.path.partition("?")
+        if not path.startswith("/") or not sdef.allows(self.command, path):
             self.close_connection = True
-            self._refuse(403, "permission_error", f"{self.command} {path.split('?', 1)[0][:200]} is not allowed "
+            self._refuse(403, "permission_error", f"{self.command} {path[:200]} is not allowed "
                          f"for secret {name}", rec, name)
+            return
+        if not sdef.allows_query(query):
+            self.close_connection = True
+            self._refuse(403, "permission_error", f"the query {query[:200]!r} is not allowed for secret {name} "
+                         f"(its route's query: {', '.join(sdef.query) or 'none'})", rec, name)
             return
         if "transfer-encoding" in self.headers:
             self.close_connection = True
@@ -214,21 +228,14 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         if (why := body_refusal(sdef, body)) is not None:
             self._refuse(why[0], "permission_error" if why[0] == 403 else "invalid_request_error", why[1], rec, name)
             return
-        if not rec.slots.acquire(blocking=False):
+        if (busy := self.server.take_slot(rec)) is not None:
             self.close_connection = True
-            self._refuse(429, "rate_limit_error", f"more than {MAX_PER_RUN} requests of this run at once", rec, name)
+            self._refuse(429, "rate_limit_error", busy, rec, name)
             return
         try:
-            if not self.server.slots.acquire(blocking=False):
-                self.close_connection = True
-                self._refuse(429, "rate_limit_error", f"more than {MAX_CONCURRENT} requests at once", rec, name)
-                return
-            try:
-                self._forward(rec, name, sdef, body)
-            finally:
-                self.server.slots.release()
+            self._forward(rec, name, sdef, body)
         finally:
-            rec.slots.release()
+            self.server.give_slot(rec)
 
     def _read_body(self, length: int) -> bytes | None:
         """LENGTH bytes within BODY_DEADLINE seconds, or None."""
@@ -323,10 +330,60 @@ class ProxyServer(http.server.ThreadingHTTPServer):
                  registry: Registry) -> None:
         self.cfg, self.values, self.registry = cfg, values, registry
         self.tls = {n: tls_context(s) for n, s in cfg.injected.items()}
-        self.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
+        self.slot_lock = threading.Lock()
+        self.shared = 0  # SHARED_SLOTS taken
+        self.connections = 0
         self.log_lock = threading.Lock()
         self.log_file: Any = None
         super().__init__(addr, ProxyHandler)
+
+    # slots -------------------------------------------------------------------------
+    def take_slot(self, rec: RunRecord) -> str | None:
+        """Take a forwarding slot for REC's run: None, or why not (429)."""
+        with self.slot_lock:
+            if rec.active >= MAX_PER_RUN:
+                return f"more than {MAX_PER_RUN} requests of this run at once"
+            if rec.active >= RESERVED_PER_RUN:
+                if self.shared >= SHARED_SLOTS:
+                    return (f"the injector forwards {SHARED_SLOTS} requests beyond each run's first "
+                            f"{RESERVED_PER_RUN} at once, all taken")
+                self.shared += 1
+            rec.active += 1
+            return None
+
+    def give_slot(self, rec: RunRecord) -> None:
+        with self.slot_lock:
+            rec.active -= 1
+            if rec.active >= RESERVED_PER_RUN:
+                self.shared -= 1
+
+    # connections -------------------------------------------------------------------
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.slot_lock:
+            over = self.connections >= MAX_CONNECTIONS
+            if not over:
+                self.connections += 1
+        if over:
+            try:
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                                b"x-should-retry: true\r\nConnection: close\r\n\r\n")
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            with self.slot_lock:
+                self.connections -= 1
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.slot_lock:
+                self.connections -= 1
 
     def write_log(self, entry: dict[str, Any]) -> None:
         if self.log_file is None:

@@ -32,7 +32,7 @@ from testca import make_ca  # noqa: E402
 PRESETS = {"anthropic": {"mode": "inject", "env": "ANTHROPIC_API_KEY", "base_url_env": "ANTHROPIC_BASE_URL",
                          "upstream": "https://api.anthropic.com", "header": "x-api-key",
                          "paths": ["/v1/messages", "/v1/messages/count_tokens"], "methods": ["POST"],
-                         "body": "anthropic-messages"}}
+                         "body": "anthropic-messages", "query": ["beta=true"]}}
 
 
 def desc(**secrets: dict) -> secrets_state.SecretsConfig:
@@ -124,10 +124,15 @@ class Upstream(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
 
+    # A request whose body says "hold" waits for this (a long answer of the model's).
+    release = threading.Event()
+
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("content-length", "0")))
         Upstream.seen.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
                               "body": body})
+        if b'"hold"' in body:
+            Upstream.release.wait(30)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -252,7 +257,7 @@ def test_one_run_trickling_bodies_does_not_starve_another(proxy, monkeypatch):
     hog = reg.add("run-hog", "wf", ["api"], ttl=60)["api"]
     ok = reg.add("run-ok", "wf", ["api"], ttl=60)["api"]
     held = []
-    for _ in range(injectproxy.MAX_CONCURRENT + 8):
+    for _ in range(injectproxy.SHARED_SLOTS + 8):
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         s.sendall(f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {hog}\r\n"
                   "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{".encode())
@@ -267,6 +272,103 @@ def test_one_run_trickling_bodies_does_not_starve_another(proxy, monkeypatch):
             s.close()
     reg.release("run-hog")
     reg.release("run-ok")
+
+
+def _server(proxy) -> injectproxy.ProxyServer:
+    """A second injector of the fixture's secrets and registry (limits patched before)."""
+    srv, reg = proxy
+    other = injectproxy.ProxyServer(("127.0.0.1", 0), srv.cfg, srv.values, reg)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    return other
+
+
+def _hold(port: int, tok: str) -> socket.socket:
+    """A request whose answer the upstream holds back (until Upstream.release)."""
+    body = b'{"model": "m", "hold": true}'
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {tok}\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    return s
+
+
+def test_runs_holding_every_shared_slot_leave_each_run_its_own(proxy, monkeypatch):
+    """Review 17: 16 runs of 16 slow requests took all 256 slots (every other run: 429).
+    Now each live run has slots of its own that no other run's requests take."""
+    monkeypatch.setattr(injectproxy, "SHARED_SLOTS", 8)
+    _srv, reg = proxy
+    srv = _server(proxy)
+    port = srv.server_address[1]
+    hogs = [reg.add(f"run-hog{i}", "wf", ["api"], ttl=60)["api"] for i in range(2)]
+    ok = reg.add("run-fair", "wf", ["api"], ttl=60)["api"]
+    Upstream.release.clear()
+    held = [_hold(port, tok) for tok in hogs for _ in range(injectcontrol.MAX_PER_RUN)]
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline and sum(b'"hold"' in r["body"] for r in Upstream.seen[-40:]) < 16:
+            time.sleep(0.1)
+        status, data, _ = _post(port, "/v1/messages", {"x-api-key": ok, "Content-Type": "application/json"},
+                                b'{"model": "m", "messages": []}')
+        assert status == 200, data
+    finally:
+        Upstream.release.set()
+        for s in held:
+            s.close()
+        srv.shutdown()
+        for r in ("run-hog0", "run-hog1", "run-fair"):
+            reg.release(r)
+
+
+def test_connections_past_the_injectors_bound_are_closed_at_once(proxy, monkeypatch):
+    """Review 17: every connection got a thread and a descriptor, however many (a run may
+    hold RUN_CONNECTIONS; the injector's descriptors and threads ran out first). Now the
+    bound holds every live run's whole share, past it a connection is answered 503 and
+    closed, and the registry takes no more runs than the bound was made for."""
+    from kooi.egress import RUN_CONNECTIONS
+
+    assert injectproxy.MAX_CONNECTIONS >= RUN_CONNECTIONS * injectcontrol.MAX_RUNS
+    monkeypatch.setattr(injectproxy, "MAX_CONNECTIONS", 6)
+    _srv, reg = proxy
+    srv = _server(proxy)
+    port = srv.server_address[1]
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(6)]
+    try:
+        time.sleep(0.3)
+        extra = socket.create_connection(("127.0.0.1", port), timeout=3)
+        answer = extra.recv(4096)
+        extra.close()
+        assert answer.startswith(b"HTTP/1.1 503"), answer
+    finally:
+        for s in idle:
+            s.close()
+    time.sleep(0.3)
+    tok = reg.add("run-after", "wf", ["api"], ttl=60)["api"]
+    assert _post(port, "/v1/messages", {"x-api-key": tok}, b'{"model": "m"}')[0] == 200
+    srv.shutdown()
+    reg.release("run-after")
+    monkeypatch.setattr(injectcontrol, "MAX_RUNS", 2)
+    small = injectcontrol.Registry()
+    small.add("a", "wf", ["api"], ttl=60)
+    small.add("b", "wf", ["api"], ttl=60)
+    with pytest.raises(inject.InjectError, match="runs at once"):
+        small.add("c", "wf", ["api"], ttl=60)
+
+
+def test_the_query_string_is_the_routes_own(proxy):
+    """Review 17: the injector forwarded whatever query string a request carried. Now
+    only the route's `query` pairs pass (the preset's: beta=true, as Claude Code sends)."""
+    srv, reg = proxy
+    port = srv.server_address[1]
+    tok = reg.add("run-q", "wf", ["api", "bearer"], ttl=60)
+    n = len(Upstream.seen)
+    for q in ("?beta=true&x=1", "?x=1", "?beta=false", "?beta=true&beta=true", "?beta", "?Beta=true",
+              "?beta=true#x", "?beta=%74rue"):
+        assert _post(port, "/v1/messages" + q, {"x-api-key": tok["api"]}, b'{"model": "m"}')[0] == 403, q
+    assert _post(port, "/api/x?page=2", {"Authorization": f"Bearer {tok['bearer']}"})[0] == 403
+    assert len(Upstream.seen) == n
+    assert _post(port, "/v1/messages?beta=true", {"x-api-key": tok["api"]}, b'{"model": "m"}')[0] == 200
+    assert Upstream.seen[-1]["path"] == "/v1/messages?beta=true"
+    refused = reg.release("run-q")["refused"]
+    assert len(refused) == 9 and all(r["status"] == 403 for r in refused)
 
 
 def test_a_body_past_its_deadline_is_refused(proxy, monkeypatch):

@@ -6,7 +6,7 @@ Each entry of kooi_secrets is a mapping with `value` (from Ansible Vault), or
 `persons` (person name to that person's own value, e.g. each participant's
 `claude setup-token` token; only their sessions get it), and either a `preset` from
 kooi_secrets_preset_map or its own route (mode, env, base_url_env, upstream, ca_file,
-header, scheme, paths, methods, body, server_tools); its own keys override the preset's.
+header, scheme, paths, query, methods, body, server_tools); its own keys override the preset's.
 
 `kooi_secrets_values(secrets)`: the store's files, [{key, value}], key NAME or
 NAME@PERSON (kooi.hoststate.secrets.value_keys).
@@ -29,8 +29,8 @@ except ImportError:  # used without Ansible (unit tests)
 _SHIM = Path(__file__).resolve().parents[3] / "shim"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}\Z")
 PERSON_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
-ROUTE_KEYS = ("mode", "env", "base_url_env", "upstream", "ca_file", "header", "scheme", "paths", "methods", "body",
-              "server_tools")
+ROUTE_KEYS = ("mode", "env", "base_url_env", "upstream", "ca_file", "header", "scheme", "paths", "query", "methods",
+              "body", "server_tools")
 
 
 def _hoststate():
@@ -94,7 +94,7 @@ def kooi_secrets_description(secrets, presets, injector):
         route.setdefault("mode", "inject")
         if "env" not in route:
             raise AnsibleFilterError(f"{where}: name the variable the workload gets (env) or a preset")
-        for k in ("paths", "methods", "server_tools"):
+        for k in ("paths", "query", "methods", "server_tools"):
             if k in route and not isinstance(route[k], list):
                 raise AnsibleFilterError(f"{where}.{k}: a list")
         out[name] = route

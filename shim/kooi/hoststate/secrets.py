@@ -37,6 +37,7 @@ PERSON_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")  # kooi.workflow.NAME_RE
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}\Z")
 UPSTREAM_RE = re.compile(r"^https://([A-Za-z0-9.-]+)(?::([0-9]{1,5}))?\Z")
+QUERY_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}=(\*|[A-Za-z0-9_.:-]{0,128})")
 MODES = ("inject", "environment")
 # What the injector checks in a request body before it forwards it (injectproxy.body_refusal):
 # none, or the Anthropic Messages API's (no MCP connector, no server-side tools but
@@ -57,6 +58,7 @@ class SecretDef:
     methods: tuple[str, ...] = ("POST",)
     body: str = ""
     server_tools: tuple[str, ...] = ()
+    query: tuple[str, ...] = ()
     persons: tuple[str, ...] = ()
     name: str = ""
 
@@ -81,6 +83,19 @@ class SecretDef:
             return False
         return any(path == p or p.endswith("/*") and path.startswith(p[:-1]) and len(path) > len(p) - 1
                    for p in self.paths)
+
+    def allows_query(self, query: str) -> bool:
+        """QUERY (after the `?`, possibly empty) holds only pairs the route's `query`
+        lists (`KEY=VALUE` exactly, or `KEY=*`: any value), each key once, nothing
+        encoded: an upstream's parser must not read another request than kooi's."""
+        if not query:
+            return True
+        pairs = query.split("&")
+        keys = [p.partition("=")[0] for p in pairs]
+        if len(set(keys)) != len(keys) or any(c in query for c in "%+#;\\"):
+            return False
+        return all(p in self.query or (p.partition("=")[1] and f"{p.partition('=')[0]}=*" in self.query)
+                   for p in pairs)
 
 
 @dataclass(frozen=True)
@@ -129,6 +144,8 @@ def _secret(name: str, raw: Any, source: str) -> SecretDef:
             bad.append(f"body {s.body!r} is not one of: {', '.join(repr(b) for b in BODIES)}")
         if not all(re.fullmatch(r"[a-z][a-z0-9_]{0,63}", t) for t in s.server_tools):
             bad.append("server_tools must name tool types (web_search, web_fetch, code_execution, mcp, ...)")
+        if not all(isinstance(q, str) and QUERY_RE.fullmatch(q) for q in s.query):
+            bad.append("query must list KEY=VALUE or KEY=* pairs (letters, digits, _ . - :)")
         if s.base_url_env and not ENV_RE.match(s.base_url_env):
             bad.append(f"base_url_env {s.base_url_env!r} is not an environment variable name")
     if not all(isinstance(p, str) and PERSON_RE.match(p) for p in s.persons) or len(set(s.persons)) != len(s.persons):
