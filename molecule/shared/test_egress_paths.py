@@ -118,6 +118,19 @@ def proxy_host(host, ctx) -> str:
     return res.stdout.strip()
 
 
+def test_the_proxys_logs_are_checked_for_size_every_5_minutes(host):
+    """Issue 29, finding 6: the distribution's daily logrotate run let a flood of refused
+    requests grow the proxy's logs for a day; kooi's own timer checks every 5 minutes."""
+    assert not host.file("/etc/logrotate.d/kooi-egress").exists
+    if host.file("/run/systemd/system").is_directory:
+        timer = host.service("kooi-egress-logrotate.timer")
+        assert timer.is_enabled and timer.is_running
+        res = host.run("systemctl start kooi-egress-logrotate.service")
+        assert res.rc == 0, res.stderr
+    else:
+        assert "*/5 * * * * root /usr/sbin/logrotate" in host.file("/etc/cron.d/kooi-egress-logrotate").content_string
+
+
 def test_root_on_the_engine_host_reaches_the_peer(host, peer, port):
     _, addr = peer
     res = host.run(f"python3 -c {shlex.quote(FETCH)} http://{addr}:{port}/")

@@ -361,50 +361,86 @@ def read_log(cfg: EgressConfig, denied_only: bool = False, follow: bool = False,
                 yield entry
 
 
-def run_log_size(cfg: EgressConfig) -> int:
-    """Where the run log ends now: a run reads its own record from there on, not the
-    whole (never rotated) log."""
+def run_log_position(cfg: EgressConfig) -> tuple[int, int]:
+    """Where the run log ends now, as (inode, size): a run reads its own record from
+    there on, not the whole log, and finds it again after logrotate renamed the file."""
     try:
-        return os.stat(cfg.run_log).st_size
+        st = os.stat(cfg.run_log)
     except OSError:
-        return 0
+        return (0, 0)
+    return (st.st_ino, st.st_size)
 
 
-def run_record(cfg: EgressConfig, port: int, since: float, until: float, offset: int = 0) -> dict[str, Any]:
+def run_record(cfg: EgressConfig, port: int, since: float, until: float,
+               position: tuple[int, int] = (0, 0)) -> dict[str, Any]:
     """What the proxy did for the run that held PORT from SINCE to UNTIL (epoch
-    seconds), reading the run log from OFFSET (its size when the run took the port; from
-    the start if it has shrunk since, as after a rotation): its requests counted, all of
-    them, its refusals listed (the first 100)."""
+    seconds), reading the run log from POSITION (run_log_position when the run took the
+    port): from that file's offset on (the log itself, or `.1` where logrotate renamed
+    it since), then the log after it; its requests counted, all of them, its refusals
+    listed (the first 100). A log rotated twice during the run (the older part
+    compressed) is said in `note`."""
     path = Path(cfg.run_log)
+    inode, offset = position
     refused: list[dict[str, Any]] = []
-    allowed = denied = 0
+    counts = {"allowed": 0, "denied": 0}
+    note = ""
     try:
         fh = open(path, "rb")
     except OSError as exc:
         return {"requests": None, "refused": [], "note": f"cannot read {path} ({exc.strerror or exc})"}
+    files = []
     with fh:
-        if offset <= os.fstat(fh.fileno()).st_size:
-            fh.seek(offset)
-        for raw in fh:
-            line = raw.decode(errors="replace")
-            f = line.split(maxsplit=1)
+        current = os.fstat(fh.fileno())
+        if inode and current.st_ino != inode:
+            rotated = path.with_name(path.name + ".1")
             try:
-                ts = float(f[0])
-            except (ValueError, IndexError):
-                continue
-            if ts < since - 1 or ts > until + 1:
-                continue
-            e = parse_line(line)
-            if e is None or e["port"] != port:
-                continue
-            if e["denied"]:
-                denied += 1
-                if len(refused) < 100:
-                    refused.append({"time": e["time"], "method": e["method"], "host": e["host"],
-                                    "status": e["status"]})
+                old: Any = open(rotated, "rb")
+            except OSError:
+                old = None
+            if old is not None and os.fstat(old.fileno()).st_ino == inode:
+                old.seek(offset)
             else:
-                allowed += 1
-    return {"requests": allowed + denied, "refused": refused}
+                # Rotated again since: `.1` is a later log (read whole), the run's first
+                # part is compressed in an older one.
+                note = (f"the proxy's run log was rotated more than once during the run: what it held before "
+                        f"{rotated} began is not counted")
+            if old is not None:
+                files.append(old)
+        elif offset <= current.st_size:
+            fh.seek(offset)
+        files.append(fh)
+        try:
+            for f in files:
+                _count(f, port, since, until, refused, counts)
+        finally:
+            for f in files[:-1]:
+                f.close()
+    out: dict[str, Any] = {"requests": counts["allowed"] + counts["denied"], "refused": refused}
+    if note:
+        out["note"] = note
+    return out
+
+
+def _count(fh: Any, port: int, since: float, until: float, refused: list[dict[str, Any]],
+           counts: dict[str, int]) -> None:
+    for raw in fh:
+        line = raw.decode(errors="replace")
+        f = line.split(maxsplit=1)
+        try:
+            ts = float(f[0])
+        except (ValueError, IndexError):
+            continue
+        if ts < since - 1 or ts > until + 1:
+            continue
+        e = parse_line(line)
+        if e is None or e["port"] != port:
+            continue
+        if e["denied"]:
+            counts["denied"] += 1
+            if len(refused) < 100:
+                refused.append({"time": e["time"], "method": e["method"], "host": e["host"], "status": e["status"]})
+        else:
+            counts["allowed"] += 1
 
 
 def format_entry(e: dict[str, Any]) -> str:

@@ -383,11 +383,16 @@ def test_concurrent_runs_get_their_own_proxy_ports_and_only_their_own_refusals(h
 
 def test_the_proxys_logs_rotate_and_a_run_is_still_attributed(host, probe_wf, project):
     """Issue 29, finding 6: the proxy's logs grew without end (about 570 bytes per refused
-    request). logrotate rotates them (Squid reopens its logs); a run after the rotation
+    request), then until the distribution's daily logrotate run. kooi's own logrotate
+    configuration runs every 5 minutes (cron here, where systemd does not run; a timer
+    elsewhere) and rotates them (Squid reopens its logs); a run after the rotation
     still gets its own refusals, from the new per-run log."""
-    conf = Path("/etc/logrotate.d/kooi-egress")
+    conf = Path("/etc/kooi/egress/logrotate.conf")
     assert conf.is_file(), "role egress did not install its logrotate configuration"
-    sh("logrotate", "-f", str(conf))
+    assert not Path("/etc/logrotate.d/kooi-egress").exists(), "the daily run must not rotate kooi's logs too"
+    cron = Path("/etc/cron.d/kooi-egress-logrotate").read_text()
+    assert f"*/5 * * * * root /usr/sbin/logrotate --state /var/lib/logrotate/kooi-egress.status {conf}" in cron, cron
+    sh("logrotate", "-f", "--state", "/var/lib/logrotate/kooi-egress.status", str(conf))
     for d in ("/var/log/kooi/egress", "/var/log/kooi/egress-runs"):
         assert Path(d, "access.log.1").is_file(), sorted(p.name for p in Path(d).iterdir())
     out, result = run_probe(host, probe_wf, project)

@@ -94,6 +94,35 @@ def test_a_url_cannot_forge_the_fields_of_its_log_line():
     assert egress.parse_line("1764561600.5 127.0.0.1 TCP_DENIED/403 GET http://x/ - 0 0 3141") is None
 
 
+def test_a_runs_record_survives_a_rotation_of_the_run_log(tmp_path):
+    """Review 17 (F5): a flood makes the run log pass its size and logrotate renames it
+    (to .1, Squid reopens a new one). A run that started before read the new log from
+    its old offset (or from 0 when the log was still shorter): its own refusals before
+    the rotation, and other runs' that were running then, were missing from its result."""
+    log = tmp_path / "access.log"
+    cfg = EgressConfig(port=3128, run_log=str(log))
+
+    def line(t: float, port: int, host: str) -> str:
+        return f"{t} {port} 10.0.2.100 TCP_DENIED/403 CONNECT - 0 0 {host}:443\n"
+
+    log.write_text("".join(line(100 + i, 3140, f"before{i}.test") for i in range(50)))
+    pos = egress.run_log_position(cfg)
+    t0 = 200.0
+    with log.open("a") as f:
+        f.write(line(t0, 3141, "mine-1.test") + line(t0 + 1, 3140, "other.test"))
+    log.rename(tmp_path / "access.log.1")  # logrotate (nocreate, delaycompress)
+    log.write_text("".join(line(t0 + 2 + i, 3141, f"mine-{i + 2}.test") for i in range(80)))
+    rec = egress.run_record(cfg, 3141, t0 - 1, t0 + 200, pos)
+    assert rec["requests"] == 81, rec
+    assert [r["host"] for r in rec["refused"][:2]] == ["mine-1.test", "mine-2.test"], rec["refused"][:2]
+    # Rotated twice (the older part compressed): what is left is counted, and it says so.
+    (tmp_path / "access.log.1").rename(tmp_path / "access.log.2.gz")
+    log.rename(tmp_path / "access.log.1")
+    log.write_text(line(t0 + 100, 3141, "mine-last.test"))
+    rec = egress.run_record(cfg, 3141, t0 - 1, t0 + 200, pos)
+    assert rec["requests"] == 81 and "rotated" in rec.get("note", ""), rec
+
+
 def test_workloads_get_the_proxy_in_every_form():
     env = egress.proxy_env("10.0.2.2", 3128, ["10.0.0.0/8"])
     for k in ("http_proxy", "HTTPS_PROXY", "npm_config_https_proxy"):

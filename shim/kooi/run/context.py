@@ -64,7 +64,7 @@ class RunContext:
     proxy_port: int = 0
     proxy_port_lock: int | None = None
     proxy_since: float = 0.0
-    proxy_log_offset: int = 0
+    proxy_log_position: tuple[int, int] = (0, 0)
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     session: SessionRun | None = None
 
@@ -138,7 +138,7 @@ class RunContext:
                 os.close(fd)
                 continue
             self.proxy_port, self.proxy_port_lock, self.proxy_since = port, fd, time.time()
-            self.proxy_log_offset = egress.run_log_size(eg)
+            self.proxy_log_position = egress.run_log_position(eg)
             return
         if eg.run_port_count:
             self.res.warn(self.log, f"all {eg.run_port_count} per-run proxy ports are in use: this run shares "
@@ -159,7 +159,7 @@ class RunContext:
                                         "workload had no egress at all; start it again (kooi egress start, or "
                                         "systemctl restart kooi-egress)")
         rec = egress.run_record(self.egress, self.proxy_port, self.proxy_since, time.time(),
-                                self.proxy_log_offset)
+                                self.proxy_log_position)
         self.res.egress.update(rec)
         for r in rec["refused"]:
             self.log.note(f"egress: the proxy refused {r['method']} {r['host']} ({r['status']})")
