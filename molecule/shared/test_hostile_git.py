@@ -550,8 +550,55 @@ def test_review17_what_the_workload_committed_is_listed_and_what_it_staged_is_no
     # eleven new branches sorted before the run's own one
     assert set(committed) == {".envrc", "argparse.py", "lnk"}, guard["watched_changed"]
     assert "argparse" in committed["argparse.py"] and "NUL" in committed["lnk"], committed
-    assert any(c["path"] == ".git/refs/heads" and c["change"].startswith("12 branches moved")
+    assert any(c["path"] == ".git/refs" and c["change"].startswith("12 refs moved")
                for c in guard["watched_changed"]), guard["watched_changed"]
     index = [r for r in guard["refused"] if r["path"] == ".git/index"]
     assert index and "target" in index[0]["change"] and "json.py" in index[0]["change"], guard["refused"]
     assert not host.file(f"{project}/target").exists and not host.file(f"{project}/json.py").exists
+
+
+# Session 29: commits reachable from what is not a branch. The review-17 check judged the
+# branches the run moved; a tag, a remote-tracking branch, a detached HEAD and a stash
+# (whose untracked files live in its third parent, out of its own tree) were only named
+# as refs that moved, and `git checkout v2`, `git stash pop` or `git checkout -` wrote
+# their `.envrc`, `.vscode/tasks.json` and shadowing module on the host.
+REVIEW19 = r"""
+cd /workspace
+export GIT_AUTHOR_NAME=w GIT_AUTHOR_EMAIL=w@w GIT_COMMITTER_NAME=w GIT_COMMITTER_EMAIL=w@w
+b=$(printf 'touch %s-committed\n' "$MARK" | git hash-object -w --stdin)
+commit_with() {  # a commit on HEAD with the file $1 added, by plumbing only
+  GIT_INDEX_FILE=/tmp/kooi-idx-$2 git read-tree HEAD \
+    && GIT_INDEX_FILE=/tmp/kooi-idx-$2 git update-index --add --cacheinfo "100644,$b,$1" \
+    && git commit-tree "$(GIT_INDEX_FILE=/tmp/kooi-idx-$2 git write-tree)" -p HEAD -m "$2"
+}
+git tag v2 "$(commit_with .envrc tag)"; echo "HOSTILE tag $?"
+git update-ref refs/remotes/origin/feature "$(commit_with json.py remote)"; echo "HOSTILE remote $?"
+mkdir -p .vscode && printf '{"version": "2.0.0", "tasks": [{"label": "x", "type": "shell",
+  "command": "touch %s-stash", "runOptions": {"runOn": "folderOpen"}}]}\n' "$MARK" > .vscode/tasks.json \
+  && git stash push -q -u && test ! -e .vscode/tasks.json; echo "HOSTILE stash $?"
+d=$(commit_with .devcontainer.json detached) && git update-ref --no-deref HEAD "$d"; echo "HOSTILE detached $?"
+echo "HOSTILE done"
+"""
+
+
+@pytest.fixture(scope="module", params=["container", "jail"])
+def review19(request, host, ctx):
+    mode = request.param
+    project, run, result = review_run(
+        host, ctx, f"hostile-review19-{mode}", mode, REVIEW19,
+        lambda p: f"mkdir -p {p} && cd {p} && git init -q . && echo r > README && git add -A"
+                  " && git -c user.email=t@t -c user.name=t commit -q -m init")
+    yield mode, project, run, result
+    host.run(f"rm -f {MARK}-*")
+
+
+def test_review19_commits_under_tags_remotes_stashes_and_a_detached_head_are_listed(host, ctx, review19):
+    mode, project, run, result = review19
+    for step in ("tag", "remote", "stash", "detached"):
+        assert f"HOSTILE {step} 0" in run.stdout, run.stdout[-3000:] + run.stderr
+    guard = result["project_guard"]
+    committed = {(c["path"], c["change"].split(" (", 1)[0]) for c in guard["watched_changed"]
+                 if "committed on" in c["change"]}
+    assert committed >= {(".envrc", "committed on refs/tags/v2"), ("json.py", "committed on refs/remotes/origin/feature"),
+                         (".vscode/tasks.json", "committed on refs/stash^3"),
+                         (".devcontainer.json", "committed on HEAD")}, guard["watched_changed"]

@@ -1009,3 +1009,45 @@ def test_more_environments_editors_run_are_said(repo, made):
     rec = g.check()
     assert {made, made.split("/")[0], "/".join(made.split("/")[:2])} & {e["path"] for e in rec["exposed"]}, \
         rec["exposed"]
+
+
+def test_commits_under_tags_remotes_a_stash_and_a_detached_head_are_listed(repo, tmp_path_factory):
+    """Session 29: the review-17 check judged branches only; what a tag, a remote-tracking
+    branch, a detached HEAD or a stash (its untracked files in the third parent, its
+    index in the second) carries was named as a moved ref only, and `git checkout v2` or
+    `git stash pop` wrote it. A ref made at the project's own commit lists nothing of
+    what the project itself has."""
+    (repo / ".vscode").mkdir()
+    (repo / ".vscode/settings.json").write_text("{}\n")  # the project's own, committed
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+
+    def commit_with(name: str, text: str) -> str:
+        idx = base.parent / f"idx-{name.replace('/', '_')}"
+        env = {**GIT_ENV, "GIT_DIR": str(view), "GIT_INDEX_FILE": str(idx)}
+        run = lambda *a, **kw: subprocess.run(["git", *a], cwd=repo, env=env, check=True, capture_output=True,  # noqa: E731
+                                              text=True, **kw).stdout.strip()
+        run("read-tree", "HEAD")
+        blob = run("hash-object", "-w", "--stdin", input=text)
+        run("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}")
+        return run("commit-tree", run("write-tree"), "-p", "HEAD", "-m", name)
+
+    git(repo, "tag", "v2", commit_with(".envrc", "touch /tmp/x\n"), git_dir=view)
+    git(repo, "update-ref", "refs/remotes/origin/feature", commit_with("json.py", "import os\n"), git_dir=view)
+    git(repo, "branch", "copy", git_dir=view)  # at the project's commit: nothing new
+    (repo / ".vscode/tasks.json").write_text('{"tasks": []}\n')
+    (repo / ".envrc").write_text("touch /tmp/y\n")
+    git(repo, "add", "-f", ".envrc", git_dir=view)
+    git(repo, "stash", "push", "-q", "-u", git_dir=view)
+    assert not (repo / ".vscode/tasks.json").exists() and not (repo / ".envrc").exists()
+    git(repo, "update-ref", "--no-deref", "HEAD", commit_with(".devcontainer.json", "{}\n"), git_dir=view)
+    rec = g.check()
+    committed = {(c["path"], c["change"].split(" (", 1)[0]) for c in rec["watched_changed"]
+                 if "committed on" in c["change"]}
+    assert committed == {(".envrc", "committed on refs/tags/v2"), ("json.py", "committed on refs/remotes/origin/feature"),
+                         (".envrc", "committed on refs/stash"), (".envrc", "committed on refs/stash^2"),
+                         (".vscode/tasks.json", "committed on refs/stash^3"),
+                         (".devcontainer.json", "committed on HEAD")}, rec["watched_changed"]

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from pathlib import Path
 
 from .gitdata import git_plumbing, read_refs, refs_changed, tree_changes
 from .protected import DEEP, PROTECTED_GLOBS, WATCHED, WATCHED_GLOBS, compiled, py_shadow_name
 from .snapshot import Entry, change_of, scan
 
-# How many moved branches, and files changed on each, kooi judges after a run (more: said).
+# How many moved refs, and files changed on each, kooi judges after a run (more: said).
 MAX_BRANCHES = 10
 MAX_CHANGES = 20000
+HEX_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+EMPTY_BLOBS = ("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",
+               "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813")
 
 
 class Listed:
@@ -85,39 +89,66 @@ class Listed:
         return self._refs_moved(*found) + self._committed(*found)
 
     def _committed(self, refs: dict[str, str], head: str) -> list[dict[str, str]]:
-        """Files the run committed on a branch it moved (REFS, HEAD: after the run) that
+        """Files the run committed under a ref it moved (REFS, HEAD: after the run) that
         the host would run once a checkout, stash or reset writes them (review 17:
         `.envrc`, `.vscode/tasks.json` and argparse.py in a commit of the workload's came
-        back with `git stash`)."""
+        back with `git stash`): on branches, and on what is no branch (session 29: a tag,
+        a remote-tracking branch, a detached HEAD, a stash and the untracked files in
+        its third parent: `git checkout v2`, `git stash pop` wrote them)."""
         assert self.refs is not None
         out: list[dict[str, str]] = []
-        # HEAD's branch first, then the others; past the caps, said (review 18: ten new
-        # branches sorted before `main` hid its commit, 20,000 files hid the 20,001st).
-        moved = sorted((r for r in refs if r.startswith("refs/heads/") and refs[r] != self.refs.get(r)),
-                       key=lambda r: (r not in (head, self.head), r))
-        if len(moved) > MAX_BRANCHES:
-            out.append({"path": ".git/refs/heads", "change": f"{len(moved)} branches moved; kooi looked into the "
-                                                            f"commits of {MAX_BRANCHES} ({', '.join(moved[:MAX_BRANCHES])}) "
-                                                            "only: check the others before you check them out"})
-        for ref in moved[:MAX_BRANCHES]:
-            changes = tree_changes(self.root / ".git", self.refs.get(ref), refs[ref])
+        # HEAD's branch first, then the other branches, then the rest; past the caps,
+        # said (review 18: ten new branches sorted before `main` hid its commit, 20,000
+        # files hid the 20,001st).
+        moved = sorted((r for r in refs if refs[r] != self.refs.get(r)),
+                       key=lambda r: (r not in (head, self.head), not r.startswith("refs/heads/"), r))
+        # What the run introduced: a moved ref against where it was, a new one against
+        # the commit the project had checked out when the run began.
+        start = self.head if HEX_ID.fullmatch(self.head) else self.refs.get(self.head)
+        todo: list[tuple[str, str | None, str]] = [(r, self.refs.get(r) or start, refs[r]) for r in moved]
+        if head != self.head and HEX_ID.fullmatch(head):
+            # A detached HEAD the run moved: what a `git reset --hard` there writes.
+            todo.insert(0, ("HEAD", start, head))
+        for ref, _old, new in list(todo):
+            if ref == "refs/stash":
+                # `git stash pop --index` restores the index from the second parent (against
+                # the first, the commit stashed on), `git stash pop` untracked files from
+                # the third (all of them new).
+                if (base := self._parent(new, 1)) is not None and (index := self._parent(new, 2)) is not None:
+                    todo.append((f"{ref}^2", base, index))
+                if (untracked := self._parent(new, 3)) is not None:
+                    todo.append((f"{ref}^3", None, untracked))
+        if len(todo) > MAX_BRANCHES:
+            out.append({"path": ".git/refs", "change": f"{len(todo)} refs moved; kooi looked into the commits of "
+                                                       f"{MAX_BRANCHES} ({', '.join(r for r, _, _ in todo[:MAX_BRANCHES])}) "
+                                                       "only: check the others before you check them out"})
+        for ref, old, new in todo[:MAX_BRANCHES]:
+            changes = tree_changes(self.root / ".git", old, new)
+            where = f".git/{ref.split('^', 1)[0]}"
             if changes is None:
-                out.append({"path": f".git/{ref}", "change": "its new commits could not be read: check them "
-                                                             "before you check them out"})
+                out.append({"path": where, "change": f"the new commits of {ref} could not be read: check them before "
+                                                     "you check them out"})
                 continue
-            names: set[str] | None = None  # the branch's files, read where a judgement needs them
+            names: set[str] | None = None  # the ref's files, read where a judgement needs them
             if len(changes) > MAX_CHANGES:
-                out.append({"path": f".git/{ref}", "change": f"{len(changes)} files changed; kooi judged the first "
-                                                             f"{MAX_CHANGES} only: check the rest before you check "
-                                                             "it out"})
+                out.append({"path": where, "change": f"{len(changes)} files changed on {ref}; kooi judged the first "
+                                                     f"{MAX_CHANGES} only: check the rest before you check it out"})
             for rel, mode, oid in changes[:MAX_CHANGES]:
+                if rel == ".gitmodules" and oid in EMPTY_BLOBS:
+                    continue  # the guard's own while the run lasted (a stash took it): configures nothing
                 if names is None and (rel.rpartition("/")[2].startswith("__init__.") or rel.endswith(".so")):
-                    names = self._tree_names(refs[ref])
+                    names = self._tree_names(new)
                 target = git_plumbing(self.root / ".git", "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
                 if (why := self._risky(rel, mode, target, names or set())) is not None:
                     out.append({"path": rel, "change": f"committed on {ref} ({why}): a checkout, `git stash` or "
                                                        "`git reset --hard` on the host writes it"})
         return out[:2 * MAX_BRANCHES + 100]
+
+    def _parent(self, commit: str, n: int) -> str | None:
+        """COMMIT's Nth parent's id, or None."""
+        found = git_plumbing(self.root / ".git", "rev-parse", "-q", "--verify", f"{commit}^{n}^{{commit}}")
+        oid = (found or b"").strip().decode(errors="replace")
+        return oid if HEX_ID.fullmatch(oid) else None
 
     def _tree_names(self, commit: str) -> set[str]:
         tree = git_plumbing(self.root / ".git", "ls-tree", "-r", "-z", "--name-only", "--full-tree", commit)
