@@ -1,9 +1,9 @@
 // Testcontainers for Go through the kooi broker: PostgreSQL in a nested container,
-// reached at its own address on its network (ContainerIP, the workload is on every
-// network of the run). testcontainers-go puts its containers on a network of its own
-// (reaper_default: the broker's listings show no default bridge), whose published ports
-// the run network's gateway (Host(), engine.kooi.internal) does not reach; see
-// docs/testcontainers.md.
+// reached as the getting-started guide does, at Host() (TESTCONTAINERS_HOST_OVERRIDE:
+// engine.kooi.internal, the run network's gateway) and MappedPort(). The broker lists
+// the run's network as the default bridge, so testcontainers-go puts its containers
+// there (not on a network `reaper_default` of its own, whose published ports the
+// gateway would not reach); see docs/testcontainers.md.
 // Run by the testcontainers-go workflow (examples/workflows/testcontainers-go.yml) in
 // the runner image's go variant; its modules come through the egress proxy's go preset.
 package tcgo
@@ -41,11 +41,15 @@ func TestPostgresThroughTheBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, err := pg.ContainerIP(ctx)
+	host, err := pg.Host(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := "5432"
+	mapped, err := pg.MappedPort(ctx, "5432/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := fmt.Sprint(mapped.Num())
 	db, err := sql.Open("postgres", fmt.Sprintf("host=%s port=%s user=kooi password=kooi-pw dbname=shop "+
 		"sslmode=disable connect_timeout=5", host, port))
 	if err != nil {

@@ -183,6 +183,10 @@ class Broker:
             if isinstance(run, Created):
                 if (d := self.rules.created(run.kind, doc)) is not None:
                     return d, req
+                if run.kind == "container":
+                    d, req.uri = self.rules.container_name(req.uri)
+                    if d is not None:
+                        return d, req
                 body = json.dumps(doc).encode()
         d = decide(req.method, req.uri, body, self.policy)
         if not d.allow:

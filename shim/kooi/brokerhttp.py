@@ -59,6 +59,7 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         path, _ = normalize(req.uri)
         hit = route(req.method, path)
+        asked_uri = req.uri  # before the run's filters (Rules.default_bridge reads the client's)
         try:
             continue_if_expected(client, req)
             if hit and hit.route.body:
@@ -86,10 +87,20 @@ class _Handler(socketserver.BaseRequestHandler):
                     status, doc = broker.create_attached_network(req)
                     _reply(client, status, doc=doc)
                     return
-                broker.before_network_removal(req.method, path)
+                # The path as decided (the network's id, not a name the run holds
+                # under a name of its own).
+                broker.before_network_removal(req.method, normalize(req.uri)[0])
             except OSError as exc:
                 _reply(client, 502, f"kooi broker: the engine does not answer ({exc})")
                 return
+        if req.method == "GET" and path == "/networks" and broker.scope.network:
+            try:
+                status, doc = broker.upstream.call("GET", req.uri)
+            except OSError as exc:
+                _reply(client, 502, f"kooi broker: the engine does not answer ({exc})")
+                return
+            _reply(client, status, doc=broker.rules.default_bridge(asked_uri, doc) if status == 200 else doc)
+            return
         try:
             up = broker.upstream.connect()
         except OSError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import threading
 import urllib.parse
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,21 @@ ENGINE_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 NETWORK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 NETWORK_FIELDS = frozenset({"name", "driver", "internal", "attachable", "labels", "checkduplicate"})
 BUILTIN_NETWORKS = {"bridge", "default", ""}
+
+
+def _matches(pattern: str, name: str) -> bool:
+    """The engine's name filter: a regular expression searched in the name."""
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:
+        return False
+
+
+def _lists_bridge(key: str, value: str) -> bool:
+    """A network listing's filter KEY=VALUE lists the engine's default bridge."""
+    if key == "name":
+        return _matches(value, "bridge")
+    return (key, value) in {("driver", "bridge"), ("type", "builtin"), ("scope", "local")}
 
 
 def with_query(uri: str, key: str, value: str) -> str:
@@ -68,6 +84,17 @@ class Rules:
         self.owned_ids: set[str] = set()
         self.networks = 0  # networks this run created
         self.lock = threading.Lock()
+        # Names are the engine's, one for all runs: where another's object holds a name
+        # the workload creates (Testcontainers' `reaper_default`, a compose project's
+        # network), the run's object gets a name of its own (NAME.<8 hex>) and the run
+        # reaches it by NAME: (kind, NAME) -> the name the engine knows it by.
+        self.aliases: dict[tuple[str, str], str] = {}
+        if scope.network:
+            # The engine's default bridge, as the run sees it: its own network (where a
+            # container that names `bridge` runs). testcontainers-go looks for it by name
+            # (default_bridge) and otherwise makes `reaper_default`, whose published
+            # ports the run network's gateway does not reach.
+            self.aliases[("network", "bridge")] = scope.network
 
     # ownership ------------------------------------------------------------------------
     def _labels_of(self, kind: str, ref: str) -> tuple[str | None, dict[str, str]]:
@@ -90,11 +117,14 @@ class Rules:
         engine resolves a name (or an id's prefix) again when it acts on it, and a name
         can by then be another's (a network the run removed, made again under its name
         by another run or the host): what the broker forwards names the id it decided on."""
+        asked = ref
+        ref = self.real_name(kind, ref)
         key = f"{kind}:{ref}"
         with self.lock:
             if key in self.owned_ids:
                 return None, ref
         ident, found = self._labels_of(kind, urllib.parse.quote(ref, safe=""))
+        ref = asked
         if ident is None or found.get(labels.RUN) != self.scope.run_id:
             # One answer for both: a run must not learn what others have (probing ids).
             return deny(f"{kind} {ref!r} does not exist or is not this run's"), ref
@@ -104,6 +134,49 @@ class Rules:
             # Only ids are remembered: a name can later belong to someone else's object.
             self.owned_ids.add(f"{kind}:{ident}")
         return None, ident
+
+    def real_name(self, kind: str, ref: str) -> str:
+        """The engine's name of what the run calls REF (its own name where another's
+        object held REF when the run made it)."""
+        with self.lock:
+            return self.aliases.get((kind, ref.lstrip("/") if kind == "container" else ref), ref)
+
+    def name_of_its_own(self, kind: str, name: str) -> tuple[Decision | None, str]:
+        """A create of KIND named NAME: (None, the name to hand the engine), or a refusal.
+        NAME itself where no object holds it; where another's does, a name of the run's
+        own that it reaches by NAME (NAME.<8 hex>). Where the run's own object holds it:
+        a network is refused (a second network of a name makes every use of it
+        ambiguous; engines before API 1.44 make one), a container or volume goes to the
+        engine under the name the run's object has, which answers as it does (409 for a
+        container, the volume itself for a volume: clients rely on both)."""
+        key = (kind, name.lstrip("/") if kind == "container" else name)
+        with self.lock:
+            had = self.aliases.get(key)
+        own = None
+        if had is not None and self._labels_of(kind, urllib.parse.quote(had, safe=""))[0] is not None:
+            own = had
+        else:
+            ident, found = self._labels_of(kind, urllib.parse.quote(key[1], safe=""))
+            if ident is None:
+                with self.lock:
+                    self.aliases.pop(key, None)
+                return None, name
+            if found.get(labels.RUN) == self.scope.run_id:
+                own = name
+        if own is not None:
+            if kind == "network":
+                return deny(f"{kind} create: a {kind} named {name!r} of this run's exists, refused"), name
+            return None, own
+        if len(key[1]) > 119:
+            return deny(f"{kind} create: the name {name[:80]!r}... is taken and too long for a name of the "
+                        "run's own (at most 119 characters)"), name
+        for _ in range(4):
+            real = f"{key[1]}.{secrets.token_hex(4)}"
+            if self._labels_of(kind, urllib.parse.quote(real, safe=""))[0] is None:
+                with self.lock:
+                    self.aliases[key] = real
+                return None, real
+        return deny(f"{kind} create: no free name for {name!r}"), name
 
     def owns_exec(self, exec_id: str) -> Decision | None:
         status, doc = self.up.call("GET", f"/exec/{urllib.parse.quote(exec_id, safe='')}/json")
@@ -116,6 +189,8 @@ class Rules:
         the body DOC) is the run's; a refusal otherwise. PARAMS["id"] and DOC's container
         field become the ids decided on (pin)."""
         if rule.query is not None:
+            # (No route names its object in the query now; one that does must get the id
+            # decided on into the query, as pinned_uri does for the path.)
             query = dict(urllib.parse.parse_qsl(uri.partition("?")[2]))
             return self.owns(rule.kind, query.get(rule.query, ""))
         ref = params["id"]
@@ -179,19 +254,28 @@ class Rules:
         found.update(self.scope.labels)
         gojson.set_field(doc, "Labels", found)
 
-    def ensure_volume(self, name: str) -> Decision | None:
-        """A named volume the run mounts must be its own; a new one is created labelled
-        (Docker would create it unlabelled, out of the run's cleanup)."""
+    def ensure_volume(self, name: str) -> tuple[Decision | None, str]:
+        """A named volume the run mounts must be its own: (None, the engine's name of
+        it) or a refusal; a new one is created labelled (Docker would create it
+        unlabelled, out of the run's cleanup), under a name of its own where another's
+        volume holds NAME."""
         if name.startswith(labels.HOME_VOLUME_PREFIX):
-            return deny(f"volume {name[:80]!r}: names {labels.HOME_VOLUME_PREFIX}* are kooi's sessions' kept homes")
-        status, _ = self.up.call("GET", f"/volumes/{urllib.parse.quote(name, safe='')}")
+            return deny(f"volume {name[:80]!r}: names {labels.HOME_VOLUME_PREFIX}* are kooi's sessions' kept "
+                        "homes"), name
+        real = self.real_name("volume", name)
+        status, _ = self.up.call("GET", f"/volumes/{urllib.parse.quote(real, safe='')}")
         if status == 200:
-            return self.owns("volume", name)
+            ident, found = self._labels_of("volume", urllib.parse.quote(real, safe=""))
+            if found.get(labels.RUN) == self.scope.run_id:
+                return None, real
+        d, real = self.name_of_its_own("volume", name)
+        if d is not None:
+            return d, name
         status, _ = self.up.call("POST", "/volumes/create",
-                                    {"Name": name, "Labels": dict(self.scope.labels)})
+                                    {"Name": real, "Labels": dict(self.scope.labels)})
         if status not in (200, 201):
-            return deny(f"volume {name!r} could not be created ({status})")
-        return None
+            return deny(f"volume {name!r} could not be created ({status})"), name
+        return None, real
 
     def created(self, kind: str, doc: dict[str, Any]) -> Decision | None:
         """Make what a create of KIND makes the run's (DOC rewritten), or refuse it."""
@@ -199,8 +283,33 @@ class Rules:
             return self.container_create(doc)
         if kind == "network" and (d := self.network_create(doc)) is not None:
             return d
+        if kind == "volume" and (d := self.volume_create(doc)) is not None:
+            return d
         self.add_labels(doc)
         return None
+
+    def volume_create(self, doc: dict[str, Any]) -> Decision | None:
+        """A named volume: the engine answers a create of a name that exists with that
+        volume (another's): a name of the run's own instead (name_of_its_own)."""
+        name = gojson.field(doc, "Name")
+        if not isinstance(name, str) or not name:
+            return None  # the engine names it
+        if name.startswith(labels.HOME_VOLUME_PREFIX):
+            return None  # the policy refuses it
+        d, real = self.name_of_its_own("volume", name)
+        if d is None:
+            gojson.set_field(doc, "Name", real)
+        return d
+
+    def container_name(self, uri: str) -> tuple[Decision | None, str]:
+        """A container create's `name`: (None, URI with the name the engine gets) or a
+        refusal (name_of_its_own)."""
+        query = dict(urllib.parse.parse_qsl(uri.partition("?")[2], keep_blank_values=True))
+        name = query.get("name", "")
+        if not name:
+            return None, uri
+        d, real = self.name_of_its_own("container", name)
+        return (d, uri) if d is not None else (None, with_query(uri, "name", real) if real != name else uri)
 
     def network_create(self, doc: dict[str, Any]) -> Decision | None:
         """Only bridge networks with kooi's own settings: the engine names the bridge
@@ -220,21 +329,22 @@ class Rules:
                         "container names)")
         if name.lower().startswith("kooi-"):
             return deny(f"network create: name {name!r} refused (kooi- names are kooi's own run networks)")
-        status, _ = self.up.call("GET", f"/networks/{urllib.parse.quote(name, safe='')}")
-        if status != 404:
-            # A second network of an existing name makes every use of the name
-            # ambiguous, the other run's included.
-            return deny(f"network create: a network named {name!r} exists, refused")
         for key, value in doc.items():
-            name = gojson.fold(key)
-            if name in NETWORK_FIELDS or is_unset(value):
+            field = gojson.fold(key)
+            if field in NETWORK_FIELDS or is_unset(value):
                 continue
-            if name == "ipam" and isinstance(value, dict) and all(
+            if field == "ipam" and isinstance(value, dict) and all(
                     is_unset(v) or (gojson.fold(k) == "driver" and v == "default") for k, v in value.items()):
                 continue
             return deny(f"network create: {key} refused (the engine chooses the bridge, its options and the "
                         "subnet; only Name, Driver bridge, Internal, Attachable, Labels and CheckDuplicate may be "
                         "set)")
+        # A second network of a name the run holds makes every use of the name
+        # ambiguous: refused; one another's network holds: a name of the run's own.
+        d, real = self.name_of_its_own("network", name)
+        if d is not None:
+            return d
+        gojson.set_field(doc, "Name", real)
         with self.lock:
             if self.networks >= self.scope.max_networks:
                 return deny(f"network create refused: this run created {self.networks} networks, the most a run "
@@ -284,7 +394,11 @@ class Rules:
             if mode.startswith("container:"):
                 gojson.set_field(hc, "NetworkMode", pinned)  # resolved again at start too
             elif self.user_network(mode):
-                pins[mode] = pinned
+                # the engine's name of it where the run holds it under a name of its own
+                real = self.real_name("network", mode)
+                if real != mode:
+                    gojson.set_field(hc, "NetworkMode", real)
+                pins[real] = pinned
         nc = gojson.field(doc, "NetworkingConfig")
         eps = gojson.field(nc, "EndpointsConfig") if isinstance(nc, dict) else None
         if isinstance(eps, dict):
@@ -296,7 +410,10 @@ class Rules:
                 if d is not None:
                     return d
                 if self.user_network(net):
-                    pins[net] = pinned
+                    real = self.real_name("network", net)
+                    if real != net:
+                        eps[real] = eps.pop(net)
+                    pins[real] = pinned
             for ep in eps.values():
                 if isinstance(ep, dict):
                     pin_endpoint(ep, None)
@@ -325,8 +442,10 @@ class Rules:
                     if self.is_workspace(src):
                         target, _, opts = rest.partition(":")
                         shadowed.append((target, "ro" in opts.lower().split(",")))
-                elif src and (d := self.ensure_volume(src)) is not None:
-                    return d
+                elif src:
+                    d, src = self.ensure_volume(src)
+                    if d is not None:
+                        return d
                 out.append(f"{src}:{rest}" if rest else src)
             gojson.set_field(hc, "Binds", out)
         mounts = gojson.field(hc, "Mounts")
@@ -342,8 +461,11 @@ class Rules:
                     gojson.set_field(m, "Source", self.host_path(src))
                     if self.is_workspace(self.host_path(src)) and isinstance(gojson.field(m, "Target"), str):
                         shadowed.append((gojson.field(m, "Target"), bool(gojson.field(m, "ReadOnly"))))
-                elif mtype == "volume" and src and (d := self.ensure_volume(src)) is not None:
-                    return d
+                elif mtype == "volume" and src:
+                    d, real = self.ensure_volume(src)
+                    if d is not None:
+                        return d
+                    gojson.set_field(m, "Source", real)
         if shadowed and self.scope.shadows:
             if mounts is None:
                 gojson.set_field(hc, "Mounts", mounts := [])
@@ -404,6 +526,36 @@ class Rules:
                     gojson.set_field(m, "TmpfsOptions", to := {})
                 if isinstance(to, dict) and not gojson.field(to, "SizeBytes"):
                     gojson.set_field(to, "SizeBytes", share)
+
+    def default_bridge(self, uri: str, listed: Any) -> Any:
+        """A network listing (LISTED, the engine's answer to URI, the run's filters added)
+        with the run's network also listed as `bridge`, the engine's default bridge as the
+        run has it; where the client's own filters would not list the default bridge (a
+        label, an id, another name or driver), as it is."""
+        if not self.scope.network or not isinstance(listed, list):
+            return listed
+        for k, v in urllib.parse.parse_qsl(uri.partition("?")[2], keep_blank_values=True):
+            if k != "filters":
+                continue
+            try:
+                asked = json.loads(v) if v else {}
+            except ValueError:
+                return listed
+            if not isinstance(asked, dict):
+                return listed
+            for key, values in asked.items():
+                vals = [x for x, on in values.items() if on] if isinstance(values, dict) else values
+                if key == "label" and vals == [f"{labels.RUN}={self.scope.run_id}"]:
+                    continue  # the run's own, added by filter_query
+                if not isinstance(vals, list) or not all(isinstance(x, str) and _lists_bridge(key, x) for x in vals):
+                    return listed
+        if any(isinstance(n, dict) and n.get("Name") == "bridge" for n in listed):
+            return listed
+        own = [n for n in listed if isinstance(n, dict) and n.get("Name") == self.scope.network]
+        if not own:
+            status, doc = self.up.call("GET", f"/networks/{urllib.parse.quote(self.scope.network, safe='')}")
+            own = [doc] if status == 200 and isinstance(doc, dict) else []
+        return listed + [{**own[0], "Name": "bridge"}] if own else listed
 
     def filter_query(self, uri: str) -> str:
         """Add the run's label to a listing's filters (both filter encodings)."""

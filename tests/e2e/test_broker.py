@@ -256,6 +256,47 @@ def test_networks_and_volumes_are_the_runs_own(broker):
     assert vols[0]["Labels"]["org.kooi.run"] == RUN_ID  # created labelled, so cleanup finds it
 
 
+def test_names_another_run_holds_are_the_runs_own_through_its_broker(broker):
+    """Review 18 (the Go example): names are the engine's, one for all runs. A run that
+    created a network, a volume or a container named like what another run's workload
+    makes (Testcontainers' `reaper_default`, a compose project's `app_default`) made
+    that run fail ("exists, refused", 409). Now the second run's object gets a name of
+    its own, and the run reaches it by the name it asked for."""
+    cfg = broker["cfg"]
+    squat = ["--label", "org.kooi.run=e2e-squatter"]
+    for args in (["network", "create", *squat, "squat-net"], ["volume", "create", *squat, "squat-vol"],
+                 ["create", "--name", "squat-ctr", "--network", "none", *squat, PROBE, "true"]):
+        res = engine_docker(cfg, *args)
+        assert res.returncode == 0, (args, res.stderr)
+    try:
+        for args in (["network", "create", "squat-net"], ["volume", "create", "squat-vol"]):
+            res = docker(*args)
+            assert res.returncode == 0, (args, res.stderr)
+        res = docker("run", "--name", "squat-ctr", "--network", "squat-net", "-v", "squat-vol:/v", PROBE,
+                     "sh", "-c", "echo mine > /v/x && cat /v/x")
+        assert res.returncode == 0 and res.stdout.strip() == "mine", res.stderr
+        # By the names it asked for, the run's own; the other run's are untouched.
+        for kind in ("network", "volume", "container"):
+            name = f"squat-{kind[:3] if kind != 'container' else 'ctr'}"
+            mine = json.loads(docker(kind, "inspect", name).stdout or "[{}]")[0]
+            labels = mine.get("Labels") if kind != "container" else mine.get("Config", {}).get("Labels")
+            assert (labels or {}).get("org.kooi.run") == RUN_ID, (kind, mine)
+            theirs = json.loads(engine_docker(cfg, kind, "inspect", name).stdout)[0]
+            theirs_labels = theirs.get("Labels") if kind != "container" else theirs["Config"]["Labels"]
+            assert theirs_labels["org.kooi.run"] == "e2e-squatter", (kind, theirs)
+        assert docker("rm", "squat-ctr").returncode == 0
+        assert docker("network", "rm", "squat-net").returncode == 0
+        assert docker("volume", "rm", "squat-vol").returncode == 0
+        # A second object of a name the run holds itself stays refused (ambiguous).
+        assert docker("network", "create", "own-net").returncode == 0
+        res = docker("network", "create", "own-net")
+        assert res.returncode != 0 and "exists" in res.stderr, res.stderr
+    finally:
+        engine_docker(cfg, "rm", "-f", "squat-ctr")
+        engine_docker(cfg, "network", "rm", "squat-net")
+        engine_docker(cfg, "volume", "rm", "squat-vol")
+
+
 def test_stopping_the_broker_removes_everything_the_run_created(broker):
     proc = broker["proc"]
     proc.send_signal(signal.SIGTERM)

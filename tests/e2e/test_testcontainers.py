@@ -134,9 +134,9 @@ def test_go_testcontainers_with_its_modules_through_the_go_preset(host, tc_wfdir
     proj = project("testcontainers-go")
     res, result = kooi_run("testcontainers-go", proj, tc_wfdir, timeout=900)
     assert res.returncode == 0, res.stdout[-5000:] + res.stderr
-    # its own address on its network: testcontainers-go's containers are on reaper_default
-    # (docs/testcontainers.md), whose published ports the run network's gateway does not reach
-    assert re.search(r"KOOI-TC-GO host=[0-9.]+ port=5432 total=42", res.stdout), res.stdout[-3000:]
+    # the guide's way, Host() and MappedPort(): the broker lists the run's network as the
+    # default bridge, so testcontainers-go makes no `reaper_default` of its own
+    assert re.search(r"KOOI-TC-GO host=engine\.kooi\.internal port=[0-9]+ total=42", res.stdout), res.stdout[-3000:]
     assert "--- PASS: TestPostgresThroughTheBroker" in res.stdout and result["egress"]["refused"] == []
     assert result["cleanup"]["failed"] == [] and run_objects(host, result["run_id"]) == []
     variant(tc_wfdir, "testcontainers-go", "tc-go-elsewhere",

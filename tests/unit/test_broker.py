@@ -204,6 +204,7 @@ class Engine(Upstream):
     def __init__(self) -> None:
         super().__init__("/nonexistent")
         self.calls: list[tuple[str, str]] = []
+        self.mine = {"kooi-run-1"}  # more of the run's (the run's network, what a test made)
 
     def call(self, method: str, path: str, body=None):
         self.calls.append((method, path))
@@ -215,9 +216,9 @@ class Engine(Upstream):
         kind, ref = parts[1], urllib.parse.unquote(parts[2])
         if kind == "exec":
             return (200, {"ContainerID": ref.replace("exec", "c")}) if ref.startswith(("mine", "other")) else (404, None)
-        if not ref.startswith(("mine", "other")):
+        if ref not in self.mine and (not ref.startswith(("mine", "other")) or "." in ref):
             return 404, {"message": "no such object"}
-        run = {labels.RUN: "run-1" if ref.startswith("mine") else "run-2"}
+        run = {labels.RUN: "run-1" if ref.startswith("mine") or ref in self.mine else "run-2"}
         return 200, {"Id": f"id-{ref}", "Name": ref, "Config": {"Labels": run}, "Labels": run}
 
 
@@ -461,3 +462,56 @@ def test_gc_leaves_a_scan_container_that_may_be_in_use():
     assert _age(now + ".123456789Z") < SCAN_GRACE and _age(now + "Z") < SCAN_GRACE
     assert _age("2020-01-01T00:00:00.5Z") > SCAN_GRACE
     assert _age("not a time") == 0.0
+
+
+def test_a_name_another_run_holds_gets_a_name_of_the_runs_own_that_the_run_uses():
+    """Names are the engine's, one for all runs: another run's `reaper_default` (or a
+    hostile run's squat) made this run's create fail. The run's object gets NAME.<hex>
+    and every later use of NAME is its own (tests/e2e/test_broker.py: the real engine)."""
+    b, engine = broker()
+    d, req = decide(b, "POST", "/networks/create", {"Name": "other-net"})
+    real = json.loads(req.body)["Name"]
+    assert d.allow and real.startswith("other-net.") and len(real) == len("other-net.") + 8, (d.reason, real)
+    engine.mine.add(real)
+    d, req = decide(b, "DELETE", "/networks/other-net")
+    assert d.allow and req.uri == f"/networks/id-{real}", (d.reason, req.uri)
+    d, req = decide(b, "POST", "/containers/create?name=other-1",
+                    {"Image": "x", "HostConfig": {"NetworkMode": "other-net", "Binds": ["other-vol:/v"]}})
+    assert d.allow, d.reason
+    ctr = dict(urllib.parse.parse_qsl(req.uri.split("?", 1)[1]))["name"]
+    vol = json.loads(req.body)["HostConfig"]["Binds"][0].split(":")[0]
+    assert ctr.startswith("other-1.") and vol.startswith("other-vol."), (ctr, vol)
+    assert json.loads(req.body)["HostConfig"]["NetworkMode"] == real
+    assert json.loads(req.body)["NetworkingConfig"]["EndpointsConfig"][real]["NetworkID"] == f"id-{real}"
+    engine.mine.add(ctr)
+    assert decide(b, "POST", "/containers/other-1/start")[1].uri == f"/containers/id-{ctr}/start"
+    # A second network of a name the run holds itself: refused (ambiguous); a container
+    # or volume: the engine's answer on the run's own (409; the volume itself).
+    d, _ = decide(b, "POST", "/networks/create", {"Name": "other-net"})
+    assert not d.allow and "of this run's exists" in d.reason, d.reason
+    d, _ = decide(b, "POST", "/networks/create", {"Name": "mine-net"})
+    assert not d.allow and "of this run's exists" in d.reason, d.reason
+    d, req = decide(b, "POST", "/containers/create?name=other-1", {"Image": "x"})
+    assert d.allow and dict(urllib.parse.parse_qsl(req.uri.split("?", 1)[1]))["name"] == ctr, req.uri
+    engine.mine.add(vol)
+    d, req = decide(b, "POST", "/volumes/create", {"Name": "other-vol"})
+    assert d.allow and json.loads(req.body)["Name"] == vol, req.body
+    d, req = decide(b, "POST", "/volumes/create", {"Name": "mine-vol"})
+    assert d.allow and json.loads(req.body)["Name"] == "mine-vol", req.body
+
+
+@pytest.mark.parametrize("query,listed", [
+    ("", True), ('?filters={"driver":{"bridge":true}}', True), ('?filters={"name":["^bridge$"]}', True),
+    ('?filters={"type":["builtin"]}', True), ('?filters={"label":["app=x"]}', False),
+    ('?filters={"name":["reaper"]}', False), ('?filters={"driver":["overlay"]}', False), ("?filters=nope", False),
+])
+def test_the_run_network_is_listed_as_the_default_bridge(query, listed):
+    """testcontainers-go looks for the default bridge by name and otherwise makes a
+    network `reaper_default`, whose published ports the run network's gateway does not
+    reach: the run's network is listed as `bridge` too, and `bridge` is the run's."""
+    b, _ = broker()
+    own = {"Name": "kooi-run-1", "Id": "id-net", "IPAM": {"Config": [{"Gateway": "10.1.0.1"}]}}
+    out = b.rules.default_bridge(f"/networks{query}", [own])
+    assert (out[-1] == {**own, "Name": "bridge"}) is listed, out
+    d, req = decide(b, "GET", "/networks/bridge")
+    assert d.allow and req.uri == "/networks/id-kooi-run-1", (d.reason, req.uri)
