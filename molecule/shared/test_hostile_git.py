@@ -575,7 +575,7 @@ git tag v2 "$(commit_with .envrc tag)"; echo "HOSTILE tag $?"
 git update-ref refs/remotes/origin/feature "$(commit_with json.py remote)"; echo "HOSTILE remote $?"
 mkdir -p .vscode && printf '{"version": "2.0.0", "tasks": [{"label": "x", "type": "shell",
   "command": "touch %s-stash", "runOptions": {"runOn": "folderOpen"}}]}\n' "$MARK" > .vscode/tasks.json \
-  && git stash push -q -u && test ! -e .vscode/tasks.json; echo "HOSTILE stash $?"
+  && git stash push -q -u -- .vscode && test ! -e .vscode/tasks.json; echo "HOSTILE stash $?"
 d=$(commit_with .devcontainer.json detached) && git update-ref --no-deref HEAD "$d"; echo "HOSTILE detached $?"
 echo "HOSTILE done"
 """
