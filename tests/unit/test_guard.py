@@ -1051,3 +1051,42 @@ def test_commits_under_tags_remotes_a_stash_and_a_detached_head_are_listed(repo,
                          (".envrc", "committed on refs/stash"), (".envrc", "committed on refs/stash^2"),
                          (".vscode/tasks.json", "committed on refs/stash^3"),
                          (".devcontainer.json", "committed on HEAD")}, rec["watched_changed"]
+
+
+def test_commits_in_nested_repositories_and_a_gitdir_files_repository_are_listed(tmp_path, tmp_path_factory):
+    """Session 29: only the top `.git` was judged. A nested repository's branch (a host
+    user's `git -C vendor/lib checkout` writes vendor/lib/.envrc, which direnv runs) and
+    a project whose `.git` is a `gitdir:` file to a repository in it (the `.bare` layout)
+    took commits that no check looked into."""
+    top = tmp_path / "p"
+    top.mkdir()
+    subprocess.run(["git", "init", "-q", "--bare", str(top / ".bare")], check=True)
+    (top / ".git").write_text("gitdir: ./.bare\n")
+    (top / "a.txt").write_text("a\n")
+    git(top, "--git-dir", str(top / ".bare"), "--work-tree", str(top), "add", "a.txt")
+    git(top, "--git-dir", str(top / ".bare"), "--work-tree", str(top), "commit", "-qm", "one")
+    lib = top / "vendor/lib"
+    lib.mkdir(parents=True)
+    git(lib, "init", "-q")
+    (lib / "x.txt").write_text("x\n")
+    git(lib, "add", "x.txt")
+    git(lib, "commit", "-qm", "one")
+    g = guarded(top)
+
+    def commit_with(gitdir: Path, name: str) -> str:
+        env = {**GIT_ENV, "GIT_DIR": str(gitdir), "GIT_INDEX_FILE": str(tmp_path / f"idx-{gitdir.name}")}
+        run = lambda *a, **kw: subprocess.run(["git", *a], cwd=tmp_path, env=env, check=True,  # noqa: E731
+                                              capture_output=True, text=True, **kw).stdout.strip()
+        run("read-tree", "HEAD")
+        blob = run("hash-object", "-w", "--stdin", input="touch /tmp/pwned\n")
+        run("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}")
+        return run("commit-tree", run("write-tree"), "-p", "HEAD", "-m", name)
+
+    branch = git(lib, "symbolic-ref", "HEAD").strip()
+    git(lib, "update-ref", branch, commit_with(lib / ".git", ".envrc"))
+    git(top, "--git-dir", str(top / ".bare"), "tag", "v2", commit_with(top / ".bare", ".vscode/tasks.json"))
+    rec = g.check()
+    committed = {(c["path"], c["change"].split(" (", 1)[0]) for c in rec["watched_changed"]
+                 if "committed on" in c["change"]}
+    assert committed == {("vendor/lib/.envrc", f"committed on {branch} of vendor/lib/.git"),
+                         (".vscode/tasks.json", "committed on refs/tags/v2 of .bare")}, rec["watched_changed"]

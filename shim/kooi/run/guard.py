@@ -48,7 +48,7 @@ from .forgery import ForgeryChecks
 from .fsat import open_dir, remove_at
 from .gitdata import MAX_VERIFY_BYTES, bound_problems, read_refs
 from .links import link_targets
-from .listed import Listed
+from .listed import MAX_GIT_DIRS, Listed
 from .made import KEEP as KEEP  # re-exported: where kept work goes
 from .made import MadeByWorkload
 from .protected import (
@@ -105,6 +105,10 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
     # read): refs the run moved but its own branch are said (watched_changed).
     refs: dict[str, str] | None = None
     head: str = ""
+    # The same of the project's other git directories (nested repositories, a `gitdir:`
+    # file's repository in the project): {git directory: [refs, head]}, the first
+    # listed.MAX_GIT_DIRS of them.
+    nested_refs: dict[str, list[Any]] = field(default_factory=dict)
     # When the workload started (ns, a little before): what changed in git's real
     # objects and refs since is the workload's, or the host's while the run ran.
     started: int | None = None
@@ -200,6 +204,11 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
                              "read through it; make it a directory of its own") from None
         found = read_refs(self.root / ".git") if os.path.isdir(self.root / ".git") else None
         self.refs, self.head = found if found is not None else (None, "")
+        self.nested_refs = {}
+        for gd in self.git_dirs[1:MAX_GIT_DIRS + 1]:
+            if os.path.isdir(self.root / gd) and not os.path.islink(self.root / gd) \
+                    and (nested := read_refs(self.root / gd)) is not None:
+                self.nested_refs[gd] = [nested[0], nested[1]]
         self.protected = self._scan(strict=True)
 
     def snapshot_watched(self) -> None:
@@ -504,7 +513,7 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
                 "nested_shadows": [[r, str(p)] for r, p in self.nested_shadows],
                 "made_files": list(self.made_files), "pinned": self.pinned, "progress": self.progress,
                 "started": self.started, "run_id": self.run_id, "links": self.links,
-                "refs": self.refs, "head": self.head}
+                "refs": self.refs, "head": self.head, "nested_refs": self.nested_refs}
 
     @classmethod
     def load(cls, doc: dict[str, Any]) -> Guard:
@@ -545,6 +554,8 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
             refs = doc.get("refs")
             g.refs = None if refs is None else {str(k): str(v) for k, v in refs.items()}
             g.head = str(doc.get("head", ""))
+            g.nested_refs = {str(d): [{str(k): str(v) for k, v in r.items()}, str(h)]
+                             for d, (r, h) in doc.get("nested_refs", {}).items()}
             prog = doc.get("progress")
             if prog is not None:
                 g.progress = {"gits": [str(x) for x in prog["gits"]], "refused": [dict(r) for r in prog["refused"]],

@@ -8,6 +8,7 @@ import fnmatch
 import os
 import re
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from .gitdata import git_plumbing, read_refs, refs_changed, tree_changes
 from .protected import DEEP, PROTECTED_GLOBS, WATCHED, WATCHED_GLOBS, compiled, py_shadow_name
@@ -16,9 +17,33 @@ from .snapshot import Entry, change_of, scan
 # How many moved refs, and files changed on each, kooi judges after a run (more: said).
 MAX_BRANCHES = 10
 MAX_CHANGES = 20000
+# How many of the project's other git directories' refs kooi reads and judges.
+MAX_GIT_DIRS = 20
 HEX_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 EMPTY_BLOBS = ("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",
                "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813")
+
+
+class Repo(NamedTuple):
+    """A git directory of the project (GIT, relative to the top), the place of its work
+    tree (PREFIX: its files' paths in the project), its refs and HEAD before the run."""
+
+    git: str
+    prefix: str
+    refs: dict[str, str]
+    head: str
+
+
+def _tree_names(gitdir: Path, commit: str) -> set[str]:
+    tree = git_plumbing(gitdir, "ls-tree", "-r", "-z", "--name-only", "--full-tree", commit)
+    return {n.decode(errors="replace") for n in (tree or b"").split(b"\0") if n}
+
+
+def _parent(gitdir: Path, commit: str, n: int) -> str | None:
+    """COMMIT's Nth parent's id, or None."""
+    found = git_plumbing(gitdir, "rev-parse", "-q", "--verify", f"{commit}^{n}^{{commit}}")
+    oid = (found or b"").strip().decode(errors="replace")
+    return oid if HEX_ID.fullmatch(oid) else None
 
 
 class Listed:
@@ -30,6 +55,7 @@ class Listed:
     watched_deep: tuple[str, ...]
     refs: dict[str, str] | None
     head: str
+    nested_refs: dict[str, list[Any]]
     py_own: tuple[str, ...]
 
     @property
@@ -78,35 +104,42 @@ class Listed:
         return None
 
     def _refs_said(self) -> list[dict[str, str]]:
-        """What the run did to the project's refs (read once after it): the refs it moved
-        but its own branch, and what it committed on the branches it moved."""
-        if self.refs is None or not os.path.isdir(self.root / ".git"):
-            return []
-        found = read_refs(self.root / ".git")
-        if found is None:
-            return [{"path": ".git/refs", "change": "unreadable after the run, or more refs than kooi compares: "
-                                                    "check the refs before you trust them"}]
-        return self._refs_moved(*found) + self._committed(*found)
+        """What the run did to the refs of the project's git directories (read once after
+        it): the refs it moved but its own branch, and what it committed under the refs
+        it moved; the top `.git` first, then the nested repositories and a `gitdir:`
+        file's repository in the project (session 29: their commits went unjudged)."""
+        repos = [Repo(".git", "", self.refs, self.head)] if self.refs is not None else []
+        repos += [Repo(gd, gd[:-len("/.git")] if gd.endswith("/.git") else "", r, h)
+                  for gd, (r, h) in self.nested_refs.items()]
+        out: list[dict[str, str]] = []
+        for repo in repos:
+            found = read_refs(self.root / repo.git) if os.path.isdir(self.root / repo.git) else None
+            if found is None:
+                out.append({"path": f"{repo.git}/refs", "change": "unreadable after the run, or more refs than kooi "
+                                                                  "compares: check the refs before you trust them"})
+                continue
+            out += self._refs_moved(repo, *found) + self._committed(repo, *found)
+        return out
 
-    def _committed(self, refs: dict[str, str], head: str) -> list[dict[str, str]]:
-        """Files the run committed under a ref it moved (REFS, HEAD: after the run) that
-        the host would run once a checkout, stash or reset writes them (review 17:
+    def _committed(self, repo: Repo, refs: dict[str, str], head: str) -> list[dict[str, str]]:
+        """Files the run committed under a ref it moved (REFS, HEAD: REPO's after the run)
+        that the host would run once a checkout, stash or reset writes them (review 17:
         `.envrc`, `.vscode/tasks.json` and argparse.py in a commit of the workload's came
         back with `git stash`): on branches, and on what is no branch (session 29: a tag,
         a remote-tracking branch, a detached HEAD, a stash and the untracked files in
         its third parent: `git checkout v2`, `git stash pop` wrote them)."""
-        assert self.refs is not None
+        gitdir = self.root / repo.git
         out: list[dict[str, str]] = []
         # HEAD's branch first, then the other branches, then the rest; past the caps,
         # said (review 18: ten new branches sorted before `main` hid its commit, 20,000
         # files hid the 20,001st).
-        moved = sorted((r for r in refs if refs[r] != self.refs.get(r)),
-                       key=lambda r: (r not in (head, self.head), not r.startswith("refs/heads/"), r))
+        moved = sorted((r for r in refs if refs[r] != repo.refs.get(r)),
+                       key=lambda r: (r not in (head, repo.head), not r.startswith("refs/heads/"), r))
         # What the run introduced: a moved ref against where it was, a new one against
         # the commit the project had checked out when the run began.
-        start = self.head if HEX_ID.fullmatch(self.head) else self.refs.get(self.head)
-        todo: list[tuple[str, str | None, str]] = [(r, self.refs.get(r) or start, refs[r]) for r in moved]
-        if head != self.head and HEX_ID.fullmatch(head):
+        start = repo.head if HEX_ID.fullmatch(repo.head) else repo.refs.get(repo.head)
+        todo: list[tuple[str, str | None, str]] = [(r, repo.refs.get(r) or start, refs[r]) for r in moved]
+        if head != repo.head and HEX_ID.fullmatch(head):
             # A detached HEAD the run moved: what a `git reset --hard` there writes.
             todo.insert(0, ("HEAD", start, head))
         for ref, _old, new in list(todo):
@@ -114,17 +147,19 @@ class Listed:
                 # `git stash pop --index` restores the index from the second parent (against
                 # the first, the commit stashed on), `git stash pop` untracked files from
                 # the third (all of them new).
-                if (base := self._parent(new, 1)) is not None and (index := self._parent(new, 2)) is not None:
+                if (base := _parent(gitdir, new, 1)) is not None and (index := _parent(gitdir, new, 2)) is not None:
                     todo.append((f"{ref}^2", base, index))
-                if (untracked := self._parent(new, 3)) is not None:
+                if (untracked := _parent(gitdir, new, 3)) is not None:
                     todo.append((f"{ref}^3", None, untracked))
+        of = "" if repo.git == ".git" else f" of {repo.git}"
+        at = f"{repo.prefix}/" if repo.prefix else ""
         if len(todo) > MAX_BRANCHES:
-            out.append({"path": ".git/refs", "change": f"{len(todo)} refs moved; kooi looked into the commits of "
-                                                       f"{MAX_BRANCHES} ({', '.join(r for r, _, _ in todo[:MAX_BRANCHES])}) "
-                                                       "only: check the others before you check them out"})
+            out.append({"path": f"{repo.git}/refs", "change": f"{len(todo)} refs moved; kooi looked into the commits "
+                                                              f"of {MAX_BRANCHES} ({', '.join(r for r, _, _ in todo[:MAX_BRANCHES])}) "
+                                                              "only: check the others before you check them out"})
         for ref, old, new in todo[:MAX_BRANCHES]:
-            changes = tree_changes(self.root / ".git", old, new)
-            where = f".git/{ref.split('^', 1)[0]}"
+            changes = tree_changes(gitdir, old, new)
+            where = f"{repo.git}/{ref.split('^', 1)[0]}"
             if changes is None:
                 out.append({"path": where, "change": f"the new commits of {ref} could not be read: check them before "
                                                      "you check them out"})
@@ -137,22 +172,12 @@ class Listed:
                 if rel == ".gitmodules" and oid in EMPTY_BLOBS:
                     continue  # the guard's own while the run lasted (a stash took it): configures nothing
                 if names is None and (rel.rpartition("/")[2].startswith("__init__.") or rel.endswith(".so")):
-                    names = self._tree_names(new)
-                target = git_plumbing(self.root / ".git", "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
-                if (why := self._risky(rel, mode, target, names or set())) is not None:
-                    out.append({"path": rel, "change": f"committed on {ref} ({why}): a checkout, `git stash` or "
-                                                       "`git reset --hard` on the host writes it"})
+                    names = {at + n for n in _tree_names(gitdir, new)}
+                target = git_plumbing(gitdir, "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
+                if (why := self._risky(at + rel, mode, target, names or set())) is not None:
+                    out.append({"path": at + rel, "change": f"committed on {ref}{of} ({why}): a checkout, `git "
+                                                            "stash` or `git reset --hard` on the host writes it"})
         return out[:2 * MAX_BRANCHES + 100]
-
-    def _parent(self, commit: str, n: int) -> str | None:
-        """COMMIT's Nth parent's id, or None."""
-        found = git_plumbing(self.root / ".git", "rev-parse", "-q", "--verify", f"{commit}^{n}^{{commit}}")
-        oid = (found or b"").strip().decode(errors="replace")
-        return oid if HEX_ID.fullmatch(oid) else None
-
-    def _tree_names(self, commit: str) -> set[str]:
-        tree = git_plumbing(self.root / ".git", "ls-tree", "-r", "-z", "--name-only", "--full-tree", commit)
-        return {n.decode(errors="replace") for n in (tree or b"").split(b"\0") if n}
 
     def _watched_names(self) -> tuple[str, ...]:
         try:
@@ -174,18 +199,17 @@ class Listed:
             changed.append({"path": rel, "change": change_of(b, a)})
         return changed
 
-    def _refs_moved(self, refs: dict[str, str], head: str) -> list[dict[str, str]]:
+    def _refs_moved(self, repo: Repo, refs: dict[str, str], head: str) -> list[dict[str, str]]:
         """Review 15: the refs a review compares the run's work against (a remote-tracking
         branch, a tag) moved to the run's commit hide it (`git diff origin/main` shows
         nothing, `git checkout v1.0` builds the workload's code). Every ref the run
-        changed (REFS, HEAD: after the run) but the branch it worked on, said."""
-        assert self.refs is not None
+        changed (REFS, HEAD: REPO's after the run) but the branch it worked on, said."""
         why = " (not the branch the run worked on: compare the run's work against it with care)"
         # The run's own branch: what HEAD named before and after, a branch only (review 16).
-        own = {h for h in (self.head, head) if h.startswith("refs/heads/")}
-        out = [{"path": f".git/{ref}" if ref != "(more)" else ".git/refs", "change": change + why}
-               for ref, change in refs_changed(self.refs, refs, own)]
-        if head != self.head:
-            out.append({"path": ".git/HEAD", "change": f"now names {head[:200] or '(nothing)'} "
-                                                       f"(was {self.head[:200] or '(nothing)'})"})
+        own = {h for h in (repo.head, head) if h.startswith("refs/heads/")}
+        out = [{"path": f"{repo.git}/{ref}" if ref != "(more)" else f"{repo.git}/refs", "change": change + why}
+               for ref, change in refs_changed(repo.refs, refs, own)]
+        if head != repo.head:
+            out.append({"path": f"{repo.git}/HEAD", "change": f"now names {head[:200] or '(nothing)'} "
+                                                              f"(was {repo.head[:200] or '(nothing)'})"})
         return out
