@@ -487,6 +487,8 @@ def test_the_workloads_output_neither_rewrites_the_terminal_nor_floods_the_log(h
     without bound (200 MB in 1.2 s)."""
     name = "hostile-output"
     script = ("printf 'kooi: refused\\033[2K\\r\\033[1Akooi: ok: spoofed\\n'; "
+              # review 25: a character split between two writes (two U+FFFD before)
+              "printf '\\342\\202'; sleep 0.2; printf '\\254 split\\n'; "
               "head -c 70000000 /dev/zero | tr '\\0' x | fold -w 65536; echo END-OF-FLOOD")
     text = yaml.safe_dump({"mode": "jail", "timeout": 120, "command": ["sh", "-c", script]}, sort_keys=False)
     project = f"{ctx.engine.runner_home}/kooi-hostile/output"
@@ -500,6 +502,7 @@ def test_the_workloads_output_neither_rewrites_the_terminal_nor_floods_the_log(h
     assert result["reason"] == "ok", result
     assert "\x1b" not in res.stdout and "\r" not in res.stdout, repr(res.stdout[:300])
     assert "kooi: refused\\x1b[2K\\x0d\\x1b[1Akooi: ok: spoofed" in res.stdout, repr(res.stdout[:300])
+    assert "\n\u20ac split\n" in res.stdout and "\ufffd" not in res.stdout, repr(res.stdout[:300])
     size = int(host.run(f"stat -c %s {result['log']}").stdout)
     assert size < (64 << 20) + (1 << 20), size
     assert any("output past 64 MiB was dropped" in w for w in result["warnings"]), result["warnings"]
@@ -511,7 +514,10 @@ def test_a_burst_of_output_reaches_the_log_whole(host, ctx):
     than kooi read it: measured 118k of 500k lines, the last one lost). A container run's
     output now comes from an attached stream, which the engine never drops."""
     name = "hostile-burst"
-    script = "import sys\nw = sys.stdout.write\nfor i in range(400000): w(f'{i:08d}' + 'a' * 91 + '\\n')\nprint('END-OF-BURST')"
+    script = ("import os, sys, time\nw = sys.stdout.write\nfor i in range(400000): w(f'{i:08d}' + 'a' * 91 + '\\n')\n"
+              # review 25: a character split between two writes (two U+FFFD before)
+              "sys.stdout.flush(); os.write(1, b'\\xe2\\x82'); time.sleep(0.2); os.write(1, b'\\xac split\\n')\n"
+              "print('END-OF-BURST')")
     text = yaml.safe_dump({"mode": "container", "image": "runner", "timeout": 120,
                            "command": ["python3", "-c", script]}, sort_keys=False)
     project = f"{ctx.engine.runner_home}/kooi-hostile/burst"
@@ -521,5 +527,6 @@ def test_a_burst_of_output_reaches_the_log_whole(host, ctx):
     host.run(f"KOOI_WORKFLOW_DIR={WFDIR} kooi run {name} --project {project} --quiet --json {out}")
     result = json.loads(host.file(out).content_string)
     assert result["reason"] == "ok", result
-    counted = host.run(f"grep -c '^[0-9]\\{{8\\}}a\\{{91\\}}$' {result['log']}; grep -c '^END-OF-BURST$' {result['log']}")
-    assert counted.stdout.split() == ["400000", "1"], (counted.stdout, result["warnings"])
+    counted = host.run(f"grep -c '^[0-9]\\{{8\\}}a\\{{91\\}}$' {result['log']}; grep -c '^END-OF-BURST$' {result['log']}; "
+                       f"grep -c '^\u20ac split$' {result['log']}; grep -c \"$(printf '\\357\\277\\275')\" {result['log']}")
+    assert counted.stdout.split() == ["400000", "1", "1", "0"], (counted.stdout, result["warnings"])

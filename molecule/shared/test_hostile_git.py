@@ -561,7 +561,8 @@ def test_review17_what_the_workload_committed_is_listed_and_what_it_staged_is_no
 # branches the run moved; a tag, a remote-tracking branch, a detached HEAD and a stash
 # (whose untracked files live in its third parent, out of its own tree) were only named
 # as refs that moved, and `git checkout v2`, `git stash pop` or `git checkout -` wrote
-# their `.envrc`, `.vscode/tasks.json` and shadowing module on the host.
+# their `.envrc`, `.vscode/tasks.json` and shadowing module on the host. Review 25: a
+# commit checked out and left (in HEAD's reflog only) came back with `git checkout -`.
 REVIEW19 = r"""
 cd /workspace
 export GIT_AUTHOR_NAME=w GIT_AUTHOR_EMAIL=w@w GIT_COMMITTER_NAME=w GIT_COMMITTER_EMAIL=w@w
@@ -576,6 +577,8 @@ git update-ref refs/remotes/origin/feature "$(commit_with json.py remote)"; echo
 mkdir -p .vscode && printf '{"version": "2.0.0", "tasks": [{"label": "x", "type": "shell",
   "command": "touch %s-stash", "runOptions": {"runOn": "folderOpen"}}]}\n' "$MARK" > .vscode/tasks.json \
   && git stash push -q -u -- .vscode && test ! -e .vscode/tasks.json; echo "HOSTILE stash $?"
+br=$(git symbolic-ref --short HEAD) && git checkout -q "$(commit_with .mise.toml reflog)" \
+  && git checkout -q "$br"; echo "HOSTILE reflog $?"
 d=$(commit_with .devcontainer.json detached) && git update-ref --no-deref HEAD "$d"; echo "HOSTILE detached $?"
 echo "HOSTILE done"
 """
@@ -594,7 +597,7 @@ def review19(request, host, ctx):
 
 def test_review19_commits_under_tags_remotes_stashes_and_a_detached_head_are_listed(host, ctx, review19):
     mode, project, run, result = review19
-    for step in ("tag", "remote", "stash", "detached"):
+    for step in ("tag", "remote", "stash", "reflog", "detached"):
         assert f"HOSTILE {step} 0" in run.stdout, run.stdout[-3000:] + run.stderr
     guard = result["project_guard"]
     committed = {(c["path"], c["change"].split(" (", 1)[0]) for c in guard["watched_changed"]
@@ -602,3 +605,5 @@ def test_review19_commits_under_tags_remotes_stashes_and_a_detached_head_are_lis
     assert committed >= {(".envrc", "committed on refs/tags/v2"), ("json.py", "committed on refs/remotes/origin/feature"),
                          (".vscode/tasks.json", "committed on refs/stash^3"),
                          (".devcontainer.json", "committed on HEAD")}, guard["watched_changed"]
+    left = [c for c in guard["watched_changed"] if c["path"] == ".mise.toml" and "committed in" in c["change"]]
+    assert left and "reachable from HEAD@{" in left[0]["change"], guard["watched_changed"]

@@ -6,6 +6,7 @@ on a fresh connection; attach and exec-start connections relayed both ways.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import socketserver
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,8 @@ from .policybody import deny
 
 if TYPE_CHECKING:
     from .broker import Broker
+
+CONTAINER_JSON = re.compile(r"/containers/[^/]+/json")
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -93,13 +96,19 @@ class _Handler(socketserver.BaseRequestHandler):
             except OSError as exc:
                 _reply(client, 502, f"kooi broker: the engine does not answer ({exc})")
                 return
-        if req.method == "GET" and path == "/networks" and broker.scope.network:
+        if req.method == "GET" and broker.scope.network and (
+                path == "/networks" or path == "/containers/json" or CONTAINER_JSON.fullmatch(path)):
+            # The run's network shown as the engine's default bridge (Rules.default_bridge,
+            # Rules.containers_on_bridge).
             try:
                 status, doc = broker.upstream.call("GET", req.uri)
             except OSError as exc:
                 _reply(client, 502, f"kooi broker: the engine does not answer ({exc})")
                 return
-            _reply(client, status, doc=broker.rules.default_bridge(asked_uri, doc) if status == 200 else doc)
+            if status == 200:
+                doc = (broker.rules.default_bridge(asked_uri, doc) if path == "/networks"
+                       else broker.rules.containers_on_bridge(doc))
+            _reply(client, status, doc=doc)
             return
         try:
             up = broker.upstream.connect()

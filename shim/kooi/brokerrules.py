@@ -557,6 +557,19 @@ class Rules:
             own = [doc] if status == 200 and isinstance(doc, dict) else []
         return listed + [{**own[0], "Name": "bridge"}] if own else listed
 
+    def containers_on_bridge(self, doc: Any) -> Any:
+        """A container inspection or listing (DOC, the engine's) with the run's network
+        also under `bridge` in NetworkSettings.Networks: the default bridge as the run
+        has it (testcontainers-python 4.0 reads a container's gateway there)."""
+        if not self.scope.network:
+            return doc
+        for c in doc if isinstance(doc, list) else [doc]:
+            settings = c.get("NetworkSettings") if isinstance(c, dict) else None
+            nets = settings.get("Networks") if isinstance(settings, dict) else None
+            if isinstance(nets, dict) and self.scope.network in nets and "bridge" not in nets:
+                nets["bridge"] = nets[self.scope.network]
+        return doc
+
     def filter_query(self, uri: str) -> str:
         """Add the run's label to a listing's filters (both filter encodings)."""
         path, _, query = uri.partition("?")

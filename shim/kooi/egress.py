@@ -10,6 +10,7 @@ reads the proxy's access log.
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import signal
@@ -377,11 +378,11 @@ def run_record(cfg: EgressConfig, port: int, since: float, until: float,
     seconds), reading the run log from POSITION (run_log_position when the run took the
     port): from that file's offset on (the log itself, or `.1` where logrotate renamed
     it since), then the log after it; its requests counted, all of them, its refusals
-    listed (the first 100). A log rotated twice during the run (the older part
-    compressed) is said in `note`."""
+    listed by destination (Refusals). A log rotated twice during the run (the older
+    part compressed) is said in `note`."""
     path = Path(cfg.run_log)
     inode, offset = position
-    refused: list[dict[str, Any]] = []
+    refused = Refusals()
     counts = {"allowed": 0, "denied": 0}
     note = ""
     try:
@@ -415,13 +416,57 @@ def run_record(cfg: EgressConfig, port: int, since: float, until: float,
         finally:
             for f in files[:-1]:
                 f.close()
-    out: dict[str, Any] = {"requests": counts["allowed"] + counts["denied"], "refused": refused}
+    out: dict[str, Any] = {"requests": counts["allowed"] + counts["denied"], "refused": refused.listed()}
+    if refused.omitted:
+        out["refused_omitted"] = refused.omitted
+        out["refused_omitted_note"] = (
+            f"{refused.omitted} refusals to {refused.omitted_destinations} other destinations are not listed (a run "
+            f"lists its first {MAX_REFUSED // 2} and last {MAX_REFUSED // 2} destinations): a workload can hide the one "
+            f"that matters among decoys; {cfg.run_log} holds them all (port {port})")
     if note:
         out["note"] = note
     return out
 
 
-def _count(fh: Any, port: int, since: float, until: float, refused: list[dict[str, Any]],
+# How many refused destinations (method, host, status) a run's record lists: the first
+# half and the last half of them in the order they came, each with its count; what is
+# between them is counted and said, never dropped silently (review 25: 120 refused
+# decoys, then the request that mattered, and the record's first 100 held no trace of it).
+MAX_REFUSED = 200
+
+
+class Refusals:
+    """A run's refusals by destination, bounded: the first MAX_REFUSED/2 destinations and
+    the latest MAX_REFUSED/2 (one seen again moves to the end), the rest counted."""
+
+    def __init__(self) -> None:
+        self.first: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self.last: collections.OrderedDict[tuple[str, str, int], dict[str, Any]] = collections.OrderedDict()
+        self.omitted = 0
+        self.omitted_destinations = 0
+
+    def add(self, e: dict[str, Any]) -> None:
+        key = (e["method"], e["host"], e["status"])
+        if (hit := self.first.get(key) or self.last.get(key)) is not None:
+            hit["count"] += 1
+            if key in self.last:
+                self.last.move_to_end(key)
+            return
+        entry = {"time": e["time"], "method": e["method"], "host": e["host"], "status": e["status"], "count": 1}
+        if len(self.first) < MAX_REFUSED // 2:
+            self.first[key] = entry
+            return
+        self.last[key] = entry
+        if len(self.last) > MAX_REFUSED // 2:
+            _, gone = self.last.popitem(last=False)
+            self.omitted += gone["count"]
+            self.omitted_destinations += 1
+
+    def listed(self) -> list[dict[str, Any]]:
+        return [*self.first.values(), *self.last.values()]
+
+
+def _count(fh: Any, port: int, since: float, until: float, refused: Refusals,
            counts: dict[str, int]) -> None:
     for raw in fh:
         line = raw.decode(errors="replace")
@@ -437,8 +482,7 @@ def _count(fh: Any, port: int, since: float, until: float, refused: list[dict[st
             continue
         if e["denied"]:
             counts["denied"] += 1
-            if len(refused) < 100:
-                refused.append({"time": e["time"], "method": e["method"], "host": e["host"], "status": e["status"]})
+            refused.add(e)
         else:
             counts["allowed"] += 1
 

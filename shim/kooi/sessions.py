@@ -18,6 +18,7 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -150,17 +151,29 @@ def start(cfg: EngineConfig, who: Caller, name: str, project: Path, timeout: flo
     # started, on one kept home, and every later command refused the pair).
     from .run import RUN_DIR
 
-    lock = _start_lock(RUN_DIR / "sessions" / f"{who.person}.{name}.start-lock", timeout, cfg.runner_uid)
+    lock = _start_lock(RUN_DIR / "sessions" / f"{who.person}.{name}.start-lock", timeout, cfg.runner_uid,
+                       cfg.runner_gid)
     try:
         return _start_locked(cfg, who, name, project, wf, timeout, workflow_dir, engine_config, lock)
     finally:
         os.close(lock)
 
 
-def _start_lock(path: Path, timeout: float, runner_uid: int) -> int:
+def _start_lock(path: Path, timeout: float, runner_uid: int, runner_gid: int) -> int:
     import fcntl
 
     try:
+        if os.geteuid() == 0:
+            # The runner's, as every directory of the run state (one that root's first
+            # start made root's refused the runner's stop marks there, and every `kooi
+            # session stop` failed): made, or given back, without following a link.
+            try:
+                os.mkdir(path.parent, 0o755)
+            except FileExistsError:
+                pass
+            st = os.lstat(path.parent)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == 0:
+                os.chown(path.parent, runner_uid, runner_gid, follow_symlinks=False)
         path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         if os.geteuid() == 0:

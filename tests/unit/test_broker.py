@@ -515,3 +515,21 @@ def test_the_run_network_is_listed_as_the_default_bridge(query, listed):
     assert (out[-1] == {**own, "Name": "bridge"}) is listed, out
     d, req = decide(b, "GET", "/networks/bridge")
     assert d.allow and req.uri == "/networks/id-kooi-run-1", (d.reason, req.uri)
+
+
+def test_the_run_networks_containers_show_it_as_the_default_bridge():
+    """testcontainers-python 4.0 reads a container's gateway at
+    NetworkSettings.Networks["bridge"] (a KeyError on the run's own network): a run's
+    container shows its network under `bridge` too, in a listing and an inspection;
+    another network, or a container on neither, as the engine said."""
+    b, _ = broker()
+    ep = {"Gateway": "10.1.0.1", "IPAddress": "10.1.0.2"}
+    listed = b.rules.containers_on_bridge([
+        {"Id": "a", "NetworkSettings": {"Networks": {"kooi-run-1": dict(ep)}}},
+        {"Id": "b", "NetworkSettings": {"Networks": {"tc-net": dict(ep)}}},
+        {"Id": "c", "NetworkSettings": None}, "odd"])
+    assert listed[0]["NetworkSettings"]["Networks"] == {"kooi-run-1": ep, "bridge": ep}, listed
+    assert listed[1]["NetworkSettings"]["Networks"] == {"tc-net": ep} and listed[2:] == [
+        {"Id": "c", "NetworkSettings": None}, "odd"], listed
+    inspected = b.rules.containers_on_bridge({"Id": "a", "NetworkSettings": {"Networks": {"kooi-run-1": ep}}})
+    assert inspected["NetworkSettings"]["Networks"]["bridge"]["Gateway"] == "10.1.0.1", inspected

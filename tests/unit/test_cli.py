@@ -166,3 +166,57 @@ def test_a_failure_line_never_sends_a_workloads_control_characters(capsys):
     assert fail("kooi session stop", "cannot list .vscode/\x1b]0;PWNED\x07\x1b[41mRED") == 1
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err and "PWNED" in err
+
+
+def test_no_command_prints_an_engines_control_characters(tmp_path, capsys):
+    """Review 25: `kooi engine status` as root printed the version and storage driver
+    that the runner's socket answers (a compromised runner serves its own there) with
+    their OSC/CSI sequences: every command's output is neutralised, its JSON still JSON."""
+    import json
+    import socketserver
+    import threading
+    from http.server import BaseHTTPRequestHandler
+
+    evil = "20.10\x1b]0;PWNED-TITLE\x07\x1b[2K\rPASS FORGED\x1b[31m\x7f\u202e"
+
+    class Engine(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0].rsplit("/", 1)[-1]
+            body = b"OK" if path == "_ping" else json.dumps(
+                {"ServerVersion": evil, "Driver": evil, "ApiVersion": "1.41", "Version": evil}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain" if path == "_ping" else "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+        daemon_threads = True
+
+        def get_request(self):  # http.server wants a client address
+            sock, _ = super().get_request()
+            return sock, ("local", 0)
+
+    sock = tmp_path / "docker.sock"
+    srv = Server(str(sock), Engine)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    (tmp_path / "daemon.json").write_text(json.dumps({"storage-driver": "vfs"}))
+    cfg = tmp_path / "engine.json"
+    cfg.write_text(json.dumps({"mode": "rootless", "runner_user": "kooi-runner", "runner_uid": 1001, "runner_gid": 1001,
+                               "runner_home": "/home/kooi-runner", "socket": str(sock),
+                               "daemon_config": str(tmp_path / "daemon.json")}))
+    try:
+        cli.main(["engine", "status", "--config", str(cfg)])
+        text = capsys.readouterr()
+        cli.main(["engine", "status", "--json", "--config", str(cfg)])
+        doc = capsys.readouterr().out
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "PASS FORGED" in text.out and "drift" in text.out, text
+    for c in ("\x1b", "\x07", "\r", "\x7f", "\u202e"):
+        assert c not in text.out + text.err + doc, (c, text)
+    assert json.loads(doc)["version"] == evil, doc

@@ -123,6 +123,32 @@ def test_a_runs_record_survives_a_rotation_of_the_run_log(tmp_path):
     assert rec["requests"] == 81 and "rotated" in rec.get("note", ""), rec
 
 
+def test_decoy_refusals_never_hide_a_refusal_silently(tmp_path):
+    """Review 25: 120 refused decoys, then the request that mattered: the record listed
+    the first 100 refusals, said nothing of the rest, and the one that mattered was in
+    no part of the result. Now by destination (a decoy repeated is one entry with its
+    count), the first 100 and the last 100 destinations, the rest counted and said."""
+    log = tmp_path / "access.log"
+    cfg = EgressConfig(port=3128, run_log=str(log))
+
+    def line(t: float, host: str) -> str:
+        return f"{t} 3141 10.0.2.100 TCP_DENIED/403 CONNECT - 0 0 {host}:443\n"
+
+    lines = [line(100 + i, "same-decoy.test") for i in range(500)]
+    lines += [line(700 + i, f"decoy{i}.invalid") for i in range(120)] + [line(900, "exfil.example.com")]
+    log.write_text("".join(lines))
+    rec = egress.run_record(cfg, 3141, 99, 1000)
+    hosts = [r["host"] for r in rec["refused"]]
+    assert rec["requests"] == 621 and "exfil.example.com" in hosts and "refused_omitted" not in rec, rec
+    assert rec["refused"][0]["count"] == 500, rec["refused"][0]
+    # In the middle of more decoys than a record lists: counted, said, never silent.
+    log.write_text("".join([line(100 + i, f"a{i}.invalid") for i in range(150)] + [line(400, "exfil.example.com")]
+                           + [line(500 + i, f"b{i}.invalid") for i in range(150)]))
+    rec = egress.run_record(cfg, 3141, 99, 1000)
+    assert len(rec["refused"]) == 200 and "exfil.example.com" not in [r["host"] for r in rec["refused"]], rec
+    assert rec["refused_omitted"] == 101 and "101 refusals" in rec["refused_omitted_note"], rec
+
+
 def test_workloads_get_the_proxy_in_every_form():
     env = egress.proxy_env("10.0.2.2", 3128, ["10.0.0.0/8"])
     for k in ("http_proxy", "HTTPS_PROXY", "npm_config_https_proxy"):

@@ -1053,6 +1053,81 @@ def test_commits_under_tags_remotes_a_stash_and_a_detached_head_are_listed(repo,
                          (".devcontainer.json", "committed on HEAD")}, rec["watched_changed"]
 
 
+def test_commits_left_in_a_reflog_orig_head_or_between_a_branchs_ends_are_listed(repo, tmp_path_factory):
+    """Review 25: a commit the workload made on a detached HEAD, then back on the branch,
+    is on no ref: `git checkout -` (HEAD's reflog) wrote its `.envrc` on the host, and the
+    result said nothing. So are ORIG_HEAD, a reflog message's "moving from X" (what `git
+    checkout -` reads) and a commit between a branch's start and its tip (`git checkout
+    main~1`). The project's own reflog before the run lists nothing."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    (repo / ".envrc").write_text("the project's own, amended away\n")
+    git(repo, "add", "-f", ".envrc")
+    git(repo, "commit", "-q", "--amend", "-m", "one")  # the project's own .envrc, left in its reflog
+    git(repo, "rm", "-q", "--cached", ".envrc")
+    git(repo, "commit", "-q", "--amend", "-m", "one")
+    (repo / ".envrc").unlink()
+    branch = git(repo, "symbolic-ref", "--short", "HEAD").strip()
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+
+    def commit_with(name: str, text: str) -> str:
+        idx = base.parent / f"idx-{name.replace('/', '_')}"
+        env = {**GIT_ENV, "GIT_DIR": str(view), "GIT_INDEX_FILE": str(idx)}
+        run = lambda *a, **kw: subprocess.run(["git", *a], cwd=repo, env=env, check=True, capture_output=True,  # noqa: E731
+                                              text=True, **kw).stdout.strip()
+        run("read-tree", "HEAD")
+        blob = run("hash-object", "-w", "--stdin", input=text)
+        run("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}")
+        return run("commit-tree", run("write-tree"), "-p", "HEAD", "-m", name)
+
+    git(repo, "checkout", "-q", "--detach", git_dir=view)
+    (repo / ".envrc").write_text("touch /tmp/pwned\n")
+    git(repo, "add", "-f", ".envrc", git_dir=view)
+    git(repo, "commit", "-qm", "x", git_dir=view)
+    git(repo, "checkout", "-q", branch, git_dir=view)
+    (repo / ".vscode").mkdir()
+    (repo / ".vscode/tasks.json").write_text('{"tasks": []}\n')
+    git(repo, "add", "-f", ".vscode/tasks.json", git_dir=view)
+    git(repo, "commit", "-qm", "tasks", git_dir=view)
+    git(repo, "rm", "-rq", ".vscode", git_dir=view)
+    (repo / "work.txt").write_text("the run's work\n")
+    git(repo, "add", "work.txt", git_dir=view)
+    git(repo, "commit", "-qm", "work", git_dir=view)
+    (view / "ORIG_HEAD").write_text(commit_with("json.py", "import os\n") + "\n")
+    forged = commit_with(".devcontainer.json", "{}\n")
+    with (repo / ".git/logs/HEAD").open("a") as f:
+        f.write(f"{forged} {forged} a <a@b> 1 +0000\tcheckout: moving from {forged} to {branch}\n")
+    rec = g.check()
+    got = {(c["path"], c["change"].split(" (", 1)[0].split(", reachable from ")[-1]) for c in rec["watched_changed"]
+           if "committed in" in c["change"]}
+    assert {p for p, _ in got} == {".envrc", ".vscode/tasks.json", "json.py", ".devcontainer.json"}, got
+    assert {("json.py", "ORIG_HEAD"), (".devcontainer.json", "HEAD@{0}")} <= got, got
+    assert all(where.startswith("HEAD@{") for p, where in got if p in (".envrc", ".vscode/tasks.json")), got
+    assert not (repo / ".envrc").exists() and "work.txt" in git(repo, "ls-files")
+    git(repo, "checkout", "-q", "-")  # what the host user may type: kooi said what it writes
+    assert (repo / ".devcontainer.json").exists()  # the forged "moving from" commit
+
+
+def test_a_runs_ordinary_commits_list_nothing(repo):
+    """The judgement of every commit a run made lists nothing for ordinary work (commits,
+    a branch, an amend, a reset), with ORIG_HEAD and the reflogs it leaves."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    g = guarded(repo)
+    (repo / "src.txt").write_text("fixed\n")
+    git(repo, "commit", "-qam", "fix")
+    git(repo, "checkout", "-qb", "feature")
+    (repo / "more.txt").write_text("more\n")
+    git(repo, "add", "more.txt")
+    git(repo, "commit", "-qm", "more")
+    git(repo, "commit", "-q", "--amend", "-m", "more, amended")
+    git(repo, "reset", "-q", "--hard", "HEAD~1")
+    rec = g.check()
+    assert not [c for c in rec["watched_changed"] if "committed" in c["change"]], rec["watched_changed"]
+
+
 def test_commits_in_nested_repositories_and_a_gitdir_files_repository_are_listed(tmp_path, tmp_path_factory):
     """Session 29: only the top `.git` was judged. A nested repository's branch (a host
     user's `git -C vendor/lib checkout` writes vendor/lib/.envrc, which direnv runs) and

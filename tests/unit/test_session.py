@@ -4,6 +4,7 @@ recorded (run.execute): without an engine. tests/e2e/test_session.py drives real
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,30 @@ def test_idle_cpu_counts_the_containers_processes_only():
         busy.kill()
         busy.wait()
     assert float(out) < 0.2, f"{out.strip()} CPU seconds counted in 1.5 s beside a busy process outside"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's start makes the directory the runner's")
+def test_roots_first_start_leaves_the_session_directory_the_runners(tmp_path):
+    """The e2e agent session test on a fresh host: root's first `kooi session start`
+    made /var/lib/kooi/runs/sessions root's, and every `kooi session stop` (as the
+    runner) then failed to write its stop mark there. Made the runner's, or given back;
+    a link there is not followed."""
+    import fcntl
+
+    from kooi.sessions import _start_lock
+
+    for case in ("missing", "roots"):
+        parent = tmp_path / case / "sessions"
+        parent.parent.mkdir()
+        if case == "roots":
+            parent.mkdir()
+        fd = _start_lock(parent / "alice.x.start-lock", 1, 4242, 4243)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+        assert (parent.stat().st_uid, parent.stat().st_gid) == (4242, 4243), case
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link/sessions").symlink_to(victim)
+    os.close(_start_lock(tmp_path / "link/sessions/alice.x.start-lock", 1, 4242, 4243))
+    assert victim.stat().st_uid == 0

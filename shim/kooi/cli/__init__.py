@@ -9,7 +9,7 @@ import sys
 
 from .. import __version__
 from . import authz, broker, egress, engine, image, run, secrets, session, verify, workflow
-from .exits import EXIT_FAIL, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE
+from .exits import EXIT_FAIL, EXIT_NOT_RUNNING, EXIT_OK, EXIT_USAGE, Neutral
 
 __all__ = ["EXIT_FAIL", "EXIT_NOT_RUNNING", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
@@ -40,7 +40,16 @@ def main(argv: list[str] | None = None) -> int:
             args = parser.parse_args(argv)
     else:
         args = parser.parse_args(argv)
-    rc: int = args.func(args)
+    # What a command prints goes to a person's terminal, often root's: no control
+    # character from anything it reports (an engine's answer, a file's name) acts there.
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Neutral(out), Neutral(err)
+    try:
+        rc: int = args.func(args)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = out, err
     return rc
 
 

@@ -3,7 +3,9 @@ way commands report a failure."""
 
 from __future__ import annotations
 
+import io
 import sys
+from typing import TextIO
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -19,3 +21,33 @@ def fail(where: str, message: object, code: int = EXIT_FAIL) -> int:
 
     print(neutral(f"{where}: {message}"), file=sys.stderr)
     return code
+
+
+class Neutral(io.TextIOBase):
+    """A text stream that shows the control characters written to it (run.errors.neutral;
+    DEL as \\u007f, which JSON reads too) and passes the rest to INNER: every line a
+    `kooi` command prints (review 25: `kooi engine status` as root printed the engine's
+    version string, which a runner-made socket answers, with the escapes in it)."""
+
+    def __init__(self, inner: TextIO) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def write(self, s: str) -> int:
+        from ..run.errors import neutral
+
+        self.inner.write(neutral(s.replace("\x7f", "\\u007f")))
+        return len(s)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def isatty(self) -> bool:
+        return self.inner.isatty()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.inner, "encoding", "utf-8")

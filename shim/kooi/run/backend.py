@@ -147,7 +147,10 @@ def refusals(res: Result) -> list[dict[str, Any]]:
     for r in (res.broker or {}).get("refusals", []):
         out.append({"by": "broker", "what": r})
     for r in (res.egress or {}).get("refused", []):
-        out.append({"by": "egress", "what": f"{r['method']} {r['host']} ({r['status']})", "time": r["time"]})
+        times = f", {r['count']} times" if r.get("count", 1) > 1 else ""
+        out.append({"by": "egress", "what": f"{r['method']} {r['host']} ({r['status']}{times})", "time": r["time"]})
+    if (egress := res.egress or {}).get("refused_omitted"):
+        out.append({"by": "egress", "what": egress["refused_omitted_note"]})
     for r in (res.secrets or {}).get("refused", []):
         out.append({"by": "secrets", "what": f"{r['method']} {r['path']} ({r['status']}: {r.get('reason', '')})"})
     guard = res.project_guard or {}

@@ -9,6 +9,7 @@ engine of its own (testcontainers: brokered.BrokeredEngine).
 
 from __future__ import annotations
 
+import codecs
 import json
 import secrets
 import threading
@@ -411,13 +412,18 @@ class ContainerBackend:
                  f"{self.ctx.cfg.mode} engine")
 
         def follow() -> None:
+            # Decoded across chunks (review 25: a character split between two writes
+            # became two U+FFFD in the log and on stdout).
+            dec = codecs.getincrementaldecoder("utf-8")("replace")
             try:
                 for chunk in stream:
-                    text = chunk.decode("utf-8", "replace")
+                    text = dec.decode(chunk)
                     self.tail = (self.tail + text)[-512:]
                     log.output(text)
             except Exception:  # noqa: BLE001 - the container went away; the wait says why
                 pass
+            if text := dec.decode(b"", final=True):
+                log.output(text)
 
         self.pump = threading.Thread(target=follow, daemon=True)
         self.pump.start()

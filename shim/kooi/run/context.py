@@ -162,7 +162,10 @@ class RunContext:
                                 self.proxy_log_position)
         self.res.egress.update(rec)
         for r in rec["refused"]:
-            self.log.note(f"egress: the proxy refused {r['method']} {r['host']} ({r['status']})")
+            self.log.note(f"egress: the proxy refused {r['method']} {r['host']} ({r['status']})"
+                          + (f", {r['count']} times" if r.get("count", 1) > 1 else ""))
+        if rec.get("refused_omitted"):
+            self.res.warn(self.log, f"egress: {rec['refused_omitted_note']}")
         os.close(self.proxy_port_lock)
         self.proxy_port_lock = None
 

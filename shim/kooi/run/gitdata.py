@@ -258,16 +258,18 @@ def refs_changed(before: dict[str, str], after: dict[str, str], own: set[str], l
     return out
 
 
-def git_plumbing(gitdir: str | os.PathLike[str], *args: str, timeout: float = 120) -> bytes | None:
+def git_plumbing(gitdir: str | os.PathLike[str], *args: str, timeout: float = 120,
+                 stdin: bytes | None = None) -> bytes | None:
     """Run a git plumbing command on the git directory GITDIR (objects and refs only: no
     work tree, no system or global configuration, no hooks, no fsmonitor, no replace
-    refs); its stdout, or None when it failed."""
+    refs), STDIN its input; its stdout, or None when it failed."""
     env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_DIR": str(gitdir), "GIT_CONFIG_NOSYSTEM": "1",
            "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_NO_REPLACE_OBJECTS": "1", "GIT_OPTIONAL_LOCKS": "0",
            "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
     try:
         r = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", *args],
-                           cwd="/", env=env, capture_output=True, timeout=timeout, check=False)
+                           cwd="/", env=env, input=stdin if stdin is not None else b"", capture_output=True,
+                           timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return r.stdout if r.returncode == 0 else None
@@ -296,3 +298,106 @@ def tree_changes(gitdir: str | os.PathLike[str], old: str | None, new: str) -> l
             if len(bits) == 3 and bits[1] == b"blob":
                 found.append((name.decode(errors="replace"), int(bits[0], 8), bits[2].decode()))
     return found
+
+
+# What else a host's git checks out besides refs and HEAD (review 25: a commit of the
+# workload's left only in HEAD's reflog came back with `git checkout -`): the names git
+# resolves at a git directory's top (refs.c, is_pseudoref_syntax: ORIG_HEAD, FETCH_HEAD,
+# MERGE_HEAD, CHERRY_PICK_HEAD, AUTO_MERGE, ...) and the reflogs (`HEAD@{1}`, `git
+# checkout -`, which takes the commit a "checkout: moving from X" message names).
+PSEUDO_REF = re.compile(r"[A-Z_-]+")
+HEX_TOKEN = re.compile(rb"(?<![0-9a-f])(?:[0-9a-f]{64}|[0-9a-f]{40})(?![0-9a-f])")
+NULL_IDS = {"0" * 40, "0" * 64}
+MAX_TIPS = 200_000
+MAX_TIP_FILE = 64 << 20
+
+
+def read_tips(gitdir: str | os.PathLike[str]) -> dict[str, str] | None:
+    """Every object id GITDIR's pseudo-refs and reflogs hold (an entry's old and new
+    ids and the ids its message names), with where ({id: "ORIG_HEAD" or "HEAD@{2}"}),
+    never through a symlink; None past MAX_TIPS or when they cannot be read."""
+    tips: dict[str, str] = {}
+
+    def take(data: bytes, label: str) -> bool:
+        for m in HEX_TOKEN.finditer(data):
+            tips.setdefault(m.group().decode(), label)
+        return len(tips) <= MAX_TIPS
+
+    try:
+        top = os.open(gitdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        for e in os.scandir(top):
+            if e.name != "HEAD" and PSEUDO_REF.fullmatch(e.name) and e.is_file(follow_symlinks=False):
+                with os.fdopen(os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=top), "rb") as f:
+                    if not take(f.read(MAX_TIP_FILE), e.name):
+                        return None
+        todo = ["logs"]
+        while todo:
+            rel = todo.pop()
+            try:
+                dfd = os.open(rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            try:
+                for e in os.scandir(dfd):
+                    child = f"{rel}/{e.name}"
+                    if e.is_dir(follow_symlinks=False):
+                        todo.append(child)
+                    elif e.is_file(follow_symlinks=False) and not e.name.endswith(".lock"):
+                        with os.fdopen(os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd), "rb") as f:
+                            lines = f.read(MAX_TIP_FILE).splitlines()
+                        # An entry's new id named by the entry, before the ids its old
+                        # id and message name.
+                        at = [(line, f"{child.removeprefix('logs/')}@{{{n}}}") for n, line in enumerate(reversed(lines))]
+                        if not all(take(line[41:105].split(b" ", 1)[0], where) for line, where in at) \
+                                or not all(take(line, where) for line, where in at):
+                            return None
+            finally:
+                os.close(dfd)
+    except OSError:
+        return None
+    finally:
+        os.close(top)
+    return tips
+
+
+def commits_of(gitdir: str | os.PathLike[str], ids: list[str]) -> list[str] | None:
+    """The IDS that name a commit (or a tag) in GITDIR's objects."""
+    if not ids:
+        return []
+    out = git_plumbing(gitdir, "cat-file", "--batch-check=%(objectname) %(objecttype)",
+                       stdin="".join(f"{i}\n" for i in ids).encode())
+    if out is None:
+        return None
+    return [oid for oid, _, kind in (line.decode(errors="replace").partition(" ") for line in out.splitlines())
+            if kind in ("commit", "tag")]
+
+
+def introduced(gitdir: str | os.PathLike[str], tips: list[str], old: list[str],
+               max_commits: int) -> tuple[list[tuple[str, str, str, int, str]], int] | None:
+    """(commit, the tip it was reached from, path, mode, object id) of every file that a
+    commit reachable from TIPS but from none of OLD adds or changes against a parent
+    (each parent of a merge; a root commit's files), newest first, and how many commits
+    that was (MAX_COMMITS at most); None when git cannot tell."""
+    tips, old = commits_of(gitdir, tips) or [], commits_of(gitdir, old) or []
+    if not tips:
+        return [], 0
+    out = git_plumbing(gitdir, "log", "--stdin", f"--max-count={max_commits}", "-m", "--raw", "-z",
+                       "--no-renames", "--no-abbrev", "--format=%x01%H%x02%S",
+                       stdin="".join([f"{t}\n" for t in tips] + [f"^{o}\n" for o in old]).encode())
+    if out is None:
+        return None
+    found: list[tuple[str, str, str, int, str]] = []
+    commits: set[str] = set()
+    for chunk in out.split(b"\x01")[1:]:
+        head, _, rest = chunk.partition(b"\0")
+        commit, _, source = head.decode(errors="replace").partition("\x02")
+        commits.add(commit)
+        parts = rest.lstrip(b"\n").split(b"\0")
+        for i in range(0, len(parts) - 1, 2):
+            meta, path = parts[i].split(b" "), parts[i + 1]
+            if len(meta) >= 5 and meta[4][:1] in (b"A", b"M", b"T"):
+                found.append((commit, source, path.decode(errors="replace"), int(meta[1], 8), meta[3].decode()))
+    return found, len(commits)

@@ -46,7 +46,7 @@ from .editors import editor_targets
 from .envrc import envrc_targets
 from .forgery import ForgeryChecks
 from .fsat import open_dir, remove_at
-from .gitdata import MAX_VERIFY_BYTES, bound_problems, read_refs
+from .gitdata import MAX_VERIFY_BYTES, bound_problems, read_refs, read_tips
 from .links import link_targets
 from .listed import MAX_GIT_DIRS, Listed
 from .made import KEEP as KEEP  # re-exported: where kept work goes
@@ -109,6 +109,9 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
     # file's repository in the project): {git directory: [refs, head]}, the first
     # listed.MAX_GIT_DIRS of them.
     nested_refs: dict[str, list[Any]] = field(default_factory=dict)
+    # The object ids in the pseudo-refs and reflogs of each of those git directories
+    # before the run (gitdata.read_tips; None: more than kooi compares).
+    tips: dict[str, list[str] | None] = field(default_factory=dict)
     # When the workload started (ns, a little before): what changed in git's real
     # objects and refs since is the workload's, or the host's while the run ran.
     started: int | None = None
@@ -209,6 +212,10 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
             if os.path.isdir(self.root / gd) and not os.path.islink(self.root / gd) \
                     and (nested := read_refs(self.root / gd)) is not None:
                 self.nested_refs[gd] = [nested[0], nested[1]]
+        self.tips = {}
+        for gd in ([".git"] if self.refs is not None else []) + list(self.nested_refs):
+            found_tips = read_tips(self.root / gd)
+            self.tips[gd] = None if found_tips is None else sorted(found_tips)
         self.protected = self._scan(strict=True)
 
     def snapshot_watched(self) -> None:
@@ -513,7 +520,7 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
                 "nested_shadows": [[r, str(p)] for r, p in self.nested_shadows],
                 "made_files": list(self.made_files), "pinned": self.pinned, "progress": self.progress,
                 "started": self.started, "run_id": self.run_id, "links": self.links,
-                "refs": self.refs, "head": self.head, "nested_refs": self.nested_refs}
+                "refs": self.refs, "head": self.head, "nested_refs": self.nested_refs, "tips": self.tips}
 
     @classmethod
     def load(cls, doc: dict[str, Any]) -> Guard:
@@ -556,6 +563,8 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
             g.head = str(doc.get("head", ""))
             g.nested_refs = {str(d): [{str(k): str(v) for k, v in r.items()}, str(h)]
                              for d, (r, h) in doc.get("nested_refs", {}).items()}
+            # A record of an older kooi has none: nothing judged beyond the refs.
+            g.tips = {str(d): None if t is None else [str(x) for x in t] for d, t in doc.get("tips", {}).items()}
             prog = doc.get("progress")
             if prog is not None:
                 g.progress = {"gits": [str(x) for x in prog["gits"]], "refused": [dict(r) for r in prog["refused"]],

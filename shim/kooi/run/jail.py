@@ -8,6 +8,7 @@ and a forwarder on the jail's own loopback, never a network.
 
 from __future__ import annotations
 
+import codecs
 import os
 import secrets
 import shutil
@@ -160,11 +161,22 @@ class JailBackend:
         out: IO[bytes] = proc.stdout
 
         def pump() -> None:
-            for line in iter(out.readline, b""):
-                text = line.decode("utf-8", "replace")
+            # In chunks, not lines (a line without an end held the whole output in
+            # memory), decoded across them (review 25: a character split between two
+            # writes became two U+FFFD).
+            dec = codecs.getincrementaldecoder("utf-8")("replace")
+            head = ""
+            while chunk := os.read(out.fileno(), 1 << 16):
+                text = dec.decode(chunk)
                 if not self.first:
-                    self.first.append(text)
+                    head += text
+                    if "\n" in head or len(head) > 4096:
+                        self.first.append(head.partition("\n")[0] + "\n")
                 log.output(text)
+            if text := dec.decode(b"", final=True):
+                log.output(text)
+            if not self.first and head + text:
+                self.first.append(head + text)
 
         self.pump = threading.Thread(target=pump, daemon=True)
         self.pump.start()

@@ -10,13 +10,15 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .gitdata import git_plumbing, read_refs, refs_changed, tree_changes
+from .gitdata import NULL_IDS, git_plumbing, introduced, read_refs, read_tips, refs_changed, tree_changes
 from .protected import DEEP, PROTECTED_GLOBS, WATCHED, WATCHED_GLOBS, compiled, py_shadow_name
 from .snapshot import Entry, change_of, scan
 
 # How many moved refs, and files changed on each, kooi judges after a run (more: said).
 MAX_BRANCHES = 10
 MAX_CHANGES = 20000
+# How many of the commits a run introduced kooi looks into (_introduced; more: said).
+MAX_COMMITS = 2000
 # How many of the project's other git directories' refs kooi reads and judges.
 MAX_GIT_DIRS = 20
 HEX_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -32,6 +34,9 @@ class Repo(NamedTuple):
     prefix: str
     refs: dict[str, str]
     head: str
+    # The ids in its pseudo-refs and reflogs before the run (gitdata.read_tips; None:
+    # more than kooi compares; absent: a record of an older kooi, not judged).
+    tips: list[str] | None | bool = False
 
 
 def _tree_names(gitdir: Path, commit: str) -> set[str]:
@@ -56,6 +61,7 @@ class Listed:
     refs: dict[str, str] | None
     head: str
     nested_refs: dict[str, list[Any]]
+    tips: dict[str, list[str] | None]
     py_own: tuple[str, ...]
 
     @property
@@ -108,8 +114,8 @@ class Listed:
         it): the refs it moved but its own branch, and what it committed under the refs
         it moved; the top `.git` first, then the nested repositories and a `gitdir:`
         file's repository in the project (session 29: their commits went unjudged)."""
-        repos = [Repo(".git", "", self.refs, self.head)] if self.refs is not None else []
-        repos += [Repo(gd, gd[:-len("/.git")] if gd.endswith("/.git") else "", r, h)
+        repos = [Repo(".git", "", self.refs, self.head, self.tips.get(".git", False))] if self.refs is not None else []
+        repos += [Repo(gd, gd[:-len("/.git")] if gd.endswith("/.git") else "", r, h, self.tips.get(gd, False))
                   for gd, (r, h) in self.nested_refs.items()]
         out: list[dict[str, str]] = []
         for repo in repos:
@@ -118,8 +124,59 @@ class Listed:
                 out.append({"path": f"{repo.git}/refs", "change": "unreadable after the run, or more refs than kooi "
                                                                   "compares: check the refs before you trust them"})
                 continue
-            out += self._refs_moved(repo, *found) + self._committed(repo, *found)
+            committed = self._committed(repo, *found)
+            out += self._refs_moved(repo, *found) + committed + self._introduced(repo, *found, committed)
         return out
+
+    def _introduced(self, repo: Repo, refs: dict[str, str], head: str, said: list[dict[str, str]]) -> list[dict[str, str]]:
+        """Files the host would run in any commit the run introduced (reachable from its
+        refs, HEAD, pseudo-refs or reflogs after it, from none of them before), judged
+        like _committed's but those it said (SAID): a commit between a branch's start
+        and its tip (`git checkout main~1`), one left only in a reflog or ORIG_HEAD
+        (review 25: `git checkout -` wrote the `.envrc` of a commit made on a detached
+        HEAD the workload had left)."""
+        if repo.tips is False or repo.tips is True:
+            return []
+        gitdir = self.root / repo.git
+        of = "" if repo.git == ".git" else f" of {repo.git}"
+        at = f"{repo.prefix}/" if repo.prefix else ""
+        after = read_tips(gitdir)
+        if repo.tips is None or after is None:
+            return [{"path": f"{repo.git}/logs", "change": f"more ids in the reflogs and pseudo-refs{of} than kooi "
+                                                          "compares: check `git reflog` before you check out an "
+                                                          "earlier HEAD (`git checkout -`, HEAD@{n}, ORIG_HEAD)"}]
+        labels = {oid: where for oid, where in after.items() if oid not in NULL_IDS}
+        labels.update({oid: ref for ref, oid in refs.items() if refs[ref] != repo.refs.get(ref) and HEX_ID.fullmatch(oid)})
+        if HEX_ID.fullmatch(head):
+            labels[head] = "HEAD"
+        start = repo.head if HEX_ID.fullmatch(repo.head) else repo.refs.get(repo.head)
+        old = {*repo.tips, *(v for v in repo.refs.values() if HEX_ID.fullmatch(v)), *([start] if start else [])}
+        tips = sorted(oid for oid in labels if oid not in old)
+        if not tips:
+            return []
+        found = introduced(gitdir, tips, sorted(old - NULL_IDS), MAX_COMMITS)
+        if found is None:
+            return [{"path": f"{repo.git}/logs", "change": f"the run's commits{of} could not be read: check `git "
+                                                          "reflog` before you check out an earlier HEAD"}]
+        changes, commits = found
+        out: list[dict[str, str]] = []
+        if commits >= MAX_COMMITS:
+            out.append({"path": f"{repo.git}/logs", "change": f"the run made more than {MAX_COMMITS} commits{of}: "
+                                                              f"kooi judged the newest {MAX_COMMITS} only"})
+        done = {d["path"] for d in said}
+        names: dict[str, set[str]] = {}
+        for commit, source, rel, mode, oid in changes[:MAX_CHANGES]:
+            if at + rel in done or rel == ".gitmodules" and oid in EMPTY_BLOBS:
+                continue
+            if commit not in names and (rel.rpartition("/")[2].startswith("__init__.") or rel.endswith(".so")):
+                names[commit] = {at + n for n in _tree_names(gitdir, commit)}
+            target = git_plumbing(gitdir, "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
+            if (why := self._risky(at + rel, mode, target, names.get(commit, set()))) is not None:
+                done.add(at + rel)
+                where = labels.get(source, source[:12])
+                out.append({"path": at + rel, "change": f"committed in {commit[:12]}{of}, reachable from {where} "
+                                                        f"({why}): a checkout of it on the host writes it"})
+        return out[:100]
 
     def _committed(self, repo: Repo, refs: dict[str, str], head: str) -> list[dict[str, str]]:
         """Files the run committed under a ref it moved (REFS, HEAD: REPO's after the run)
