@@ -330,8 +330,13 @@ def parse_line(line: str) -> dict[str, Any] | None:
                                  "port": int(f[1])}  # the proxy port it came in on
     except ValueError:
         return None
-    entry["denied"] = "DENIED" in result
+    # Refused: by the rules (DENIED), or as a request Squid would not even read (review
+    # 25: `NONE_NONE/400 error:invalid-request`, a malformed name, was counted nowhere).
+    entry["denied"] = "DENIED" in result or result.startswith("NONE") and 400 <= entry["status"] < 500
     host = entry["url"]
+    if host.startswith("error:"):  # Squid's word for a request it could not read
+        entry["host"] = host
+        return entry
     if "://" in host:
         host = host.split("://", 1)[1]
     entry["host"] = host.split("/", 1)[0].rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"

@@ -122,10 +122,21 @@ def serve(cfg: SecretsConfig, workflow_dir: Path | None = None) -> int:
     os.umask(0o077)
     inj = cfg.injector
     values = read_values(cfg)
-    registry = Registry()
     run_dir = Path(inj.control).parent
     run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
     os.chmod(run_dir, 0o755)
+    # The live runs, kept across a restart (injectcontrol.Registry), in a directory of
+    # the injector's user that nobody else reads (the placeholders).
+    state = run_dir / "registry"
+    if state.is_symlink() or (state.exists() and not state.is_dir()):
+        state.unlink()
+    state.mkdir(mode=0o700, exist_ok=True)
+    import pwd
+
+    pw = pwd.getpwnam(inj.user)
+    os.chown(state, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
+    os.chmod(state, 0o700, follow_symlinks=False)
+    registry = Registry(state / "runs.json")
     Path(inj.control).unlink(missing_ok=True)
     control = ControlServer(inj.control, inj.control_group, cfg, values, registry, workflow_dir)
     os.chown(inj.control, 0, inj.control_group)
@@ -135,6 +146,7 @@ def serve(cfg: SecretsConfig, workflow_dir: Path | None = None) -> int:
     Path(inj.pid_file).write_text(f"{os.getpid()}\n")
     os.chmod(inj.pid_file, 0o644)
     _drop_to(inj.user)
+    kept = registry.load()
     try:
         proxy.log_file = open(inj.access_log, "a", buffering=1)
     except OSError as exc:
@@ -149,7 +161,8 @@ def serve(cfg: SecretsConfig, workflow_dir: Path | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     print(f"kooi injector: serving {', '.join(sorted(cfg.injected)) or 'no inject secrets'} on "
-          f"{inj.listen}:{inj.port} as {inj.user}", flush=True)
+          f"{inj.listen}:{inj.port} as {inj.user}" + (f"; {kept} live runs kept from before" if kept else ""),
+          flush=True)
     proxy.serve_forever(poll_interval=0.5)
     control.server_close()
     return 0

@@ -46,6 +46,7 @@ class RunRecord:
     refused: list[dict[str, Any]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     active: int = 0  # requests of the run being forwarded now (injectproxy.ProxyServer.take_slot)
+    body_bytes: int = 0  # memory its request bodies hold now (injectproxy.ProxyServer.take_bytes)
 
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run, "workflow": self.workflow, "secrets": sorted(self.tokens),
@@ -53,15 +54,67 @@ class RunRecord:
 
 
 class Registry:
-    def __init__(self) -> None:
+    """The live runs. With PATH (a file of the injector's own user, 0600), kept there at
+    each registration and release and read back when the injector starts (review 25:
+    an injector restarted after it was killed had forgotten every live run, and their
+    requests were refused for the rest of their lifetime)."""
+
+    def __init__(self, path: Path | None = None) -> None:
         self.lock = threading.Lock()
         self.runs: dict[str, RunRecord] = {}
         self.tokens: dict[str, tuple[str, str]] = {}  # placeholder -> (run, secret)
+        self.path = path
+
+    def load(self) -> int:
+        """The runs PATH holds that are still live (how many); an unreadable file is
+        none (runs then register again)."""
+        if self.path is None:
+            return 0
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
+                doc = json.loads(f.read(64 << 20))
+            now = time.time()
+            with self.lock:
+                for r in doc["runs"]:
+                    rec = RunRecord(str(r["run"]), str(r["workflow"]), float(r["expires"]),
+                                    {str(k): str(v) for k, v in r["tokens"].items()},
+                                    {str(k): str(v) for k, v in r["keys"].items()}, int(r["forwarded"]),
+                                    list(r["refused"]), list(r["requests"]))
+                    if rec.expires < now or not RUN_RE.match(rec.run) or len(self.runs) >= MAX_RUNS \
+                            or not all(t.startswith(PLACEHOLDER_PREFIX) for t in rec.tokens.values()):
+                        continue
+                    self.runs[rec.run] = rec
+                    for n, tok in rec.tokens.items():
+                        self.tokens[tok] = (rec.run, n)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return 0
+        return len(self.runs)
+
+    def _save(self) -> None:
+        """Under the lock: the live runs to PATH (a new file, renamed over it)."""
+        if self.path is None:
+            return
+        doc = {"runs": [{"run": r.run, "workflow": r.workflow, "expires": r.expires, "tokens": r.tokens,
+                         "keys": r.keys, "forwarded": r.forwarded, "refused": r.refused, "requests": r.requests}
+                        for r in self.runs.values()]}
+        tmp = self.path.with_name(self.path.name + ".new")
+        try:
+            tmp.unlink(missing_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # kept in memory; a restart then forgets them (as before)
 
     def _prune(self) -> None:
         now = time.time()
-        for run in [r for r, rec in self.runs.items() if rec.expires < now]:
+        gone = [r for r, rec in self.runs.items() if rec.expires < now]
+        for run in gone:
             self._drop(run)
+        if gone:
+            self._save()
 
     def _drop(self, run: str) -> RunRecord | None:
         rec = self.runs.pop(run, None)
@@ -87,6 +140,7 @@ class Registry:
                 rec.tokens[n] = tok
                 self.tokens[tok] = (run, n)
             self.runs[run] = rec
+            self._save()
             return dict(rec.tokens)
 
     def lookup(self, token: str) -> tuple[RunRecord, str] | None:
@@ -110,6 +164,7 @@ class Registry:
     def release(self, run: str) -> dict[str, Any] | None:
         with self.lock:
             rec = self._drop(run)
+            self._save()
             return rec.as_dict() if rec else None
 
 

@@ -27,6 +27,15 @@ MAX_BODY = 32 << 20  # the Messages API's own request limit
 RESERVED_PER_RUN = 4
 SHARED_SLOTS = 256
 BODY_DEADLINE = 60.0
+# Memory for request bodies, read and parsed, at once (review 25: 48 bodies of
+# `[{},{},...]` took the injector to 22 GB and the host's OOM killer took it): a body's
+# bytes are taken from the run's share and the injector's whole before it is read, and
+# what parsing it costs (PARSE_COST per JSON separator or bracket: the objects it makes)
+# before it is parsed. Past a run's share, its request is refused (429); past the whole,
+# every run's waits for a body to go, up to BODY_DEADLINE, then 503.
+RUN_BODY_BYTES = 256 << 20
+BODY_BYTES = 1 << 30
+PARSE_COST = 64
 # Connections open at once (each a thread and a descriptor): every registered run's
 # whole share (the egress rules and jailfwd let a run hold RUN_CONNECTIONS to the proxy
 # and the injector together) and some for the host's own clients; past it a connection
@@ -41,6 +50,8 @@ CLIENT_TOOL_TYPES = ("custom", "bash_", "text_editor_", "computer_", "memory_")
 DROP_REQUEST = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
                 "trailer", "transfer-encoding", "upgrade", "host", "content-length", "x-api-key", "authorization",
                 "cookie", "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip"}
+# Request headers a client may send more than once (their values are lists).
+REPEATABLE = {"accept", "accept-encoding", "accept-language", "anthropic-beta", "cache-control", "via"}
 DROP_RESPONSE = {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "te", "trailer",
                  "transfer-encoding", "upgrade", "content-length", "set-cookie"}
 
@@ -87,6 +98,8 @@ def body_refusal(sdef: SecretDef, body: bytes) -> tuple[int, str] | None:
         return 400, f"the request body names {str(exc)[:80]!r} twice in one object"
     except (ValueError, UnicodeDecodeError):
         return 400, "the request body is not JSON (UTF-8)"
+    except RecursionError:  # review 25: the connection dropped, the refusal in no record
+        return 400, "the request body nests deeper than the injector reads"
     if not isinstance(doc, dict):
         return 400, "the request body is not a JSON object"
     if doc.get("mcp_servers") and "mcp" not in sdef.server_tools:
@@ -189,7 +202,12 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                          None, "-")
             return
         rec, name = hit
-        sdef = self.server.cfg.secrets[name]
+        sdef = self.server.cfg.secrets.get(name)
+        if sdef is None or rec.keys.get(name, name) not in self.server.values:
+            # A run kept from before a restart whose secret the host no longer holds.
+            self.close_connection = True
+            self._refuse(403, "permission_error", f"this host no longer holds secret {name}", rec, name)
+            return
         path, _, query = self.path.partition("?")
         if not path.startswith("/") or not sdef.allows(self.command, path):
             self.close_connection = True
@@ -200,6 +218,10 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self._refuse(403, "permission_error", f"the query {query[:200]!r} is not allowed for secret {name} "
                          f"(its route's query: {', '.join(sdef.query) or 'none'})", rec, name)
+            return
+        if (odd := self._odd_header()) is not None:
+            self.close_connection = True
+            self._refuse(400, "invalid_request_error", odd, rec, name)
             return
         if "transfer-encoding" in self.headers:
             self.close_connection = True
@@ -219,23 +241,57 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             self._refuse(415, "invalid_request_error", "Content-Encoding is not forwarded: send the body as it is",
                          rec, name)
             return
-        body = self._read_body(length)
-        if body is None:
+        held = length
+        if (short := self.server.take_bytes(rec, length)) is not None:
             self.close_connection = True
-            self._refuse(408, "invalid_request_error", f"the body did not arrive within {BODY_DEADLINE:g} s",
-                         rec, name)
-            return
-        if (why := body_refusal(sdef, body)) is not None:
-            self._refuse(why[0], "permission_error" if why[0] == 403 else "invalid_request_error", why[1], rec, name)
-            return
-        if (busy := self.server.take_slot(rec)) is not None:
-            self.close_connection = True
-            self._refuse(429, "rate_limit_error", busy, rec, name)
+            self._refuse(short[0], "rate_limit_error" if short[0] == 429 else "overloaded_error", short[1], rec, name)
             return
         try:
-            self._forward(rec, name, sdef, body)
+            body = self._read_body(length)
+            if body is None:
+                self.close_connection = True
+                self._refuse(408, "invalid_request_error", f"the body did not arrive within {BODY_DEADLINE:g} s",
+                             rec, name)
+                return
+            cost = PARSE_COST * sum(body.count(c) for c in (b",", b":", b"{", b"["))
+            if (short := self.server.take_bytes(rec, cost)) is not None:
+                self.close_connection = True
+                self._refuse(short[0], "rate_limit_error" if short[0] == 429 else "overloaded_error",
+                             f"{short[1]} (parsing this body takes about {cost >> 20} MiB)", rec, name)
+                return
+            held += cost
+            why = body_refusal(sdef, body)
+            self.server.give_bytes(rec, cost)
+            held -= cost
+            if why is not None:
+                self._refuse(why[0], "permission_error" if why[0] == 403 else "invalid_request_error", why[1], rec,
+                             name)
+                return
+            if (busy := self.server.take_slot(rec)) is not None:
+                self.close_connection = True
+                self._refuse(429, "rate_limit_error", busy, rec, name)
+                return
+            try:
+                self._forward(rec, name, sdef, body)
+            finally:
+                self.server.give_slot(rec)
         finally:
-            self.server.give_slot(rec)
+            self.server.give_bytes(rec, held)
+
+    def _odd_header(self) -> str | None:
+        """Why the request's headers could mean one thing here and another upstream:
+        a header that routes or frames the body named twice (review 25: the check read
+        the first Content-Encoding, the forwarded request carried the last), or a value
+        with a line break or NUL (a folded line went upstream as it was)."""
+        seen: set[str] = set()
+        for k, v in self.headers.items():
+            key = k.lower()
+            if any(c in v for c in "\r\n\0") or any(c in k for c in "\r\n\0 \t"):
+                return f"the header {k[:60]!r} holds a line break or NUL (folded lines are not forwarded)"
+            if key in seen and key not in REPEATABLE:
+                return f"the header {k[:60]!r} is sent twice: send each once"
+            seen.add(key)
+        return None
 
     def _read_body(self, length: int) -> bytes | None:
         """LENGTH bytes within BODY_DEADLINE seconds, or None."""
@@ -332,6 +388,8 @@ class ProxyServer(http.server.ThreadingHTTPServer):
         self.tls = {n: tls_context(s) for n, s in cfg.injected.items()}
         self.slot_lock = threading.Lock()
         self.shared = 0  # SHARED_SLOTS taken
+        self.body_bytes = 0  # of BODY_BYTES, taken (take_bytes)
+        self.bytes_freed = threading.Condition(self.slot_lock)
         self.connections = 0
         self.log_lock = threading.Lock()
         self.log_file: Any = None
@@ -350,6 +408,29 @@ class ProxyServer(http.server.ThreadingHTTPServer):
                 self.shared += 1
             rec.active += 1
             return None
+
+    def take_bytes(self, rec: RunRecord, n: int) -> tuple[int, str] | None:
+        """Take N bytes of body memory for REC's run: None, or (status, why not)."""
+        deadline = time.monotonic() + BODY_DEADLINE
+        with self.slot_lock:
+            if rec.body_bytes + n > RUN_BODY_BYTES:
+                return 429, (f"this run's request bodies would hold more than {RUN_BODY_BYTES >> 20} MiB of the "
+                             "injector's memory at once")
+            while self.body_bytes + n > BODY_BYTES:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.bytes_freed.wait(left):
+                    return 503, (f"the injector holds {BODY_BYTES >> 20} MiB of request bodies at once, all "
+                                 "taken")
+            rec.body_bytes += n
+            self.body_bytes += n
+            return None
+
+    def give_bytes(self, rec: RunRecord, n: int) -> None:
+        if n:
+            with self.slot_lock:
+                rec.body_bytes -= n
+                self.body_bytes -= n
+                self.bytes_freed.notify_all()
 
     def give_slot(self, rec: RunRecord) -> None:
         with self.slot_lock:

@@ -224,8 +224,16 @@ def _start_locked(cfg: EngineConfig, who: Caller, name: str, project: Path, wf: 
                           session=SessionRun(who.person, home, lambda ctx: tell(
                               {"started": ctx.run_id, "log": ctx.res.log, "home": home})))
             tell({"result": res.as_dict()})
-        except BaseException:  # noqa: BLE001 - the supervisor never returns into the caller's code
+        except BaseException as exc:  # noqa: BLE001 - the supervisor never returns into the caller's code
             code = 70
+            # Said to a caller still waiting for the first word (a session that never
+            # started), not "ended without a word".
+            try:
+                os.write(w, (json.dumps({"result": {"message": f"the session's supervisor failed: "
+                                                               f"{exc.__class__.__name__}: {exc}",
+                                                    "exit_code": 70}}) + "\n").encode())
+            except OSError:
+                pass
         finally:
             os._exit(code)
     os.close(w)

@@ -147,6 +147,11 @@ def test_decoy_refusals_never_hide_a_refusal_silently(tmp_path):
     rec = egress.run_record(cfg, 3141, 99, 1000)
     assert len(rec["refused"]) == 200 and "exfil.example.com" not in [r["host"] for r in rec["refused"]], rec
     assert rec["refused_omitted"] == 101 and "101 refusals" in rec["refused_omitted_note"], rec
+    # A request Squid would not read (a malformed name): refused, counted, listed.
+    log.write_text("1000 3141 10.0.2.100 NONE_NONE/400 CONNECT - 0 0 error:invalid-request\n"
+                   "1001 3141 10.0.2.100 NONE_NONE/000 - - 0 0 error:transaction-end-before-headers\n")
+    rec = egress.run_record(cfg, 3141, 999, 1002)
+    assert [(r["method"], r["status"]) for r in rec["refused"]] == [("CONNECT", 400)], rec
 
 
 def test_workloads_get_the_proxy_in_every_form():

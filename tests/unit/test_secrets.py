@@ -536,3 +536,67 @@ def test_a_dead_runs_placeholders_die_when_kooi_finishes_it(proxy, tmp_path, mon
     finally:
         control.shutdown()
         control.server_close()
+
+
+# --- review 25: the injector's memory, its parser's edges, and a restart -------------------
+
+
+def test_bodies_that_cost_memory_are_bounded_per_run_and_in_all(proxy, monkeypatch):
+    """Review 25 (F1): 48 bodies of `[{},{},...]` took the injector to 22 GB before the
+    host's OOM killer took it. A body's bytes and what parsing it makes are taken from
+    the run's share and the whole first: past the run's, 429 (recorded), and another
+    run's request still goes through. A body nested past the parser's depth is refused
+    and recorded (F4: the connection was dropped, no record)."""
+    monkeypatch.setattr(injectproxy, "RUN_BODY_BYTES", 1 << 20)
+    srv, reg = proxy
+    port = srv.server_address[1]
+    hog = reg.add("run-mem", "wf", ["api"], ttl=60)["api"]
+    ok = reg.add("run-fine", "wf", ["api"], ttl=60)["api"]
+    h = {"x-api-key": hog, "Content-Type": "application/json"}
+    status, data, _ = _post(port, "/v1/messages", h, b"[" + b"{}," * 60000 + b"{}]")
+    assert status == 429 and b"MiB" in data, (status, data)
+    status, data, _ = _post(port, "/v1/messages", h, b"[" * 5000 + b"]" * 5000)
+    assert status == 400 and b"nests deeper" in data, (status, data)
+    status, data, _ = _post(port, "/v1/messages", {"x-api-key": ok, "Content-Type": "application/json"},
+                            b'{"model": "m", "messages": []}')
+    assert status == 200, data
+    refused = reg.release("run-mem")["refused"]
+    assert [r["status"] for r in refused] == [429, 400], refused
+    assert srv.body_bytes == 0, srv.body_bytes  # every byte taken was given back
+    reg.release("run-fine")
+
+
+@pytest.mark.parametrize("raw,why", [
+    ("Content-Encoding: identity\r\nContent-Encoding: br\r\n", b"twice"),
+    ("content-encoding: identity\r\nContent-Encoding: gzip\r\n", b"twice"),
+    ("X-Foo: b\r\n\tContent-Encoding: gzip\r\n", b"line break"),
+])
+def test_headers_the_upstream_could_read_otherwise_are_refused(proxy, raw, why):
+    """Review 25 (F2, F3): the check read the first Content-Encoding, the upstream got the
+    last (or both); a folded line went upstream with its line break."""
+    srv, reg = proxy
+    tok = reg.add("run-hdr", "wf", ["api"], ttl=60)["api"]
+    s = socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=10)
+    s.sendall(f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {tok}\r\n{raw}Content-Length: 2\r\n"
+              "Connection: close\r\n\r\n{}".encode())
+    answer = b""
+    while chunk := s.recv(65536):
+        answer += chunk
+    s.close()
+    assert answer.startswith(b"HTTP/1.1 400") and why in answer, answer
+    assert reg.release("run-hdr")["refused"][0]["status"] == 400
+
+
+def test_live_runs_survive_a_restart_of_the_injector(tmp_path):
+    """Review 25 (F1): the injector restarted after the OOM kill had forgotten every live
+    run; their requests were refused (401) for the rest of their lifetime."""
+    path = tmp_path / "runs.json"
+    reg = injectcontrol.Registry(path)
+    tok = reg.add("run-live", "wf", ["api"], ttl=600)["api"]
+    reg.add("run-gone", "wf", ["api"], ttl=600)
+    reg.release("run-gone")
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    again = injectcontrol.Registry(path)
+    assert again.load() == 1 and again.lookup(tok)[1] == "api", again.runs
+    path.write_text("{not json")
+    assert injectcontrol.Registry(path).load() == 0
