@@ -111,6 +111,25 @@ def _raise_limits() -> None:
     threading.stack_size(THREAD_STACK)
 
 
+def registry_dir(run_dir: Path, user: str) -> Path:
+    """RUN_DIR/registry, the injector's USER's (0700), made or kept as it is: root
+    here holds CAP_CHOWN but not CAP_FOWNER (the unit's bound), so it never changes
+    the mode of a directory it no longer owns (the first start with that bound died
+    there, and systemd started it again and again)."""
+    import pwd
+
+    state = run_dir / "registry"
+    if state.is_symlink() or (state.exists() and not state.is_dir()):
+        state.unlink()
+    pw = pwd.getpwnam(user)
+    if not state.exists():
+        state.mkdir(mode=0o700)
+        os.chmod(state, 0o700)
+    if state.stat().st_uid != pw.pw_uid:
+        os.chown(state, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
+    return state
+
+
 def serve(cfg: SecretsConfig, workflow_dir: Path | None = None) -> int:
     """Root: read the values, open the sockets, drop to the injector's user, serve until
     SIGTERM/SIGINT."""
@@ -127,16 +146,7 @@ def serve(cfg: SecretsConfig, workflow_dir: Path | None = None) -> int:
     os.chmod(run_dir, 0o755)
     # The live runs, kept across a restart (injectcontrol.Registry), in a directory of
     # the injector's user that nobody else reads (the placeholders).
-    state = run_dir / "registry"
-    if state.is_symlink() or (state.exists() and not state.is_dir()):
-        state.unlink()
-    state.mkdir(mode=0o700, exist_ok=True)
-    import pwd
-
-    pw = pwd.getpwnam(inj.user)
-    os.chown(state, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
-    os.chmod(state, 0o700, follow_symlinks=False)
-    registry = Registry(state / "runs.json")
+    registry = Registry(registry_dir(run_dir, inj.user) / "runs.json")
     Path(inj.control).unlink(missing_ok=True)
     control = ControlServer(inj.control, inj.control_group, cfg, values, registry, workflow_dir)
     os.chown(inj.control, 0, inj.control_group)

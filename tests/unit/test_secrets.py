@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -600,3 +601,31 @@ def test_live_runs_survive_a_restart_of_the_injector(tmp_path):
     assert again.load() == 1 and again.lookup(tok)[1] == "api", again.runs
     path.write_text("{not json")
     assert injectcontrol.Registry(path).load() == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root under the unit's capability bound")
+def test_the_registry_directory_is_made_under_the_units_capability_bound(tmp_path):
+    """Review 26's fix, first under systemd (molecule, rootless): root bounded to
+    CAP_SETUID, CAP_SETGID and CAP_CHOWN (kooi-inject.service) chowned the new
+    directory, then chmodded it: EPERM, and the injector died at every start."""
+    import pwd
+
+    user = next(u for u in ("kooi-inject", "nobody") if _has_user(u))
+    code = ("import sys; from pathlib import Path; from kooi.inject import registry_dir; "
+            f"print(registry_dir(Path({str(tmp_path)!r}), {user!r}))")
+    for _ in range(2):  # made, then kept
+        r = subprocess.run(["setpriv", "--bounding-set=-all,+setuid,+setgid,+chown", sys.executable, "-c", code],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "shim")})
+        assert r.returncode == 0, r.stderr
+    st = (tmp_path / "registry").stat()
+    assert st.st_uid == pwd.getpwnam(user).pw_uid and st.st_mode & 0o777 == 0o700
+
+
+def _has_user(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
