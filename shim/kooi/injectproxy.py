@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import io
 import json
+import re
 import ssl
 import threading
 import time
@@ -33,9 +35,15 @@ BODY_DEADLINE = 60.0
 # what parsing it costs (PARSE_COST per JSON separator or bracket: the objects it makes)
 # before it is parsed. Past a run's share, its request is refused (429); past the whole,
 # every run's waits for a body to go, up to BODY_DEADLINE, then 503.
-RUN_BODY_BYTES = 256 << 20
-BODY_BYTES = 1 << 30
+RUN_BODY_BYTES = 512 << 20
+BODY_BYTES = 1536 << 20
 PARSE_COST = 64
+# A request's head (its line, then its headers) is read within these bounds before
+# anything else (review 27: 96 headers of 64 KiB on each of 256 connections, no
+# placeholder needed, took the injector to 6 GB; with 1024, the OOM killer took it).
+MAX_HEAD_BYTES = 16 << 10
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB]")
+MAX_HEAD_LINES = 64
 # Connections open at once (each a thread and a descriptor): every registered run's
 # whole share (the egress rules and jailfwd let a run hold RUN_CONNECTIONS to the proxy
 # and the injector together) and some for the host's own clients; past it a connection
@@ -82,7 +90,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def body_refusal(sdef: SecretDef, body: bytes) -> tuple[int, str] | None:
+def body_refusal(sdef: SecretDef, body: bytes | bytearray) -> tuple[int, str] | None:
     """Why the route SDEF does not forward BODY (status, message), or None. With body
     anthropic-messages: a JSON object (no key twice anywhere: the API's parser and
     this one must not see different requests) without the MCP connector
@@ -146,6 +154,20 @@ def _error_body(kind: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": kind, "message": f"kooi injector: {message}"}}).encode()
 
 
+def parse_cost(body: bytes | bytearray) -> int:
+    """About what parsing BODY makes besides the body itself: the decoded text and the
+    strings parsed from it (1, 2 or 4 bytes a character: review 27, one character
+    past the BMP made a 32 MiB ASCII body hold 288 MiB) and PARSE_COST per JSON
+    separator or bracket (the objects)."""
+    if max(body, default=0) >= 0xF0 or SURROGATE_ESCAPE.search(body):
+        width = 4
+    elif not body.isascii() or b"\\u" in body:
+        width = 2
+    else:
+        width = 1
+    return 2 * width * len(body) + PARSE_COST * sum(body.count(c) for c in (b",", b":", b"{", b"["))
+
+
 class ProxyHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "kooi-inject"
@@ -157,6 +179,30 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the access log is JSON, written by _log
+
+    def parse_request(self) -> bool:
+        """The request's headers, read within MAX_HEAD_BYTES and MAX_HEAD_LINES (the
+        standard library takes 100 lines of 64 KiB), then parsed as the standard
+        library does; past them 431 and the connection closed."""
+        sock_file, head, lines = self.rfile, bytearray(), 0
+        # For send_error (the standard parse_request sets them).
+        self.command, self.request_version = "", "HTTP/1.1"
+        self.requestline = str(getattr(self, "raw_requestline", b""), "iso-8859-1").rstrip("\r\n")
+        while True:
+            line = sock_file.readline(MAX_HEAD_BYTES + 1 - len(head))
+            head += line
+            lines += 1
+            if line in (b"\r\n", b"\n", b""):
+                break
+            if len(head) > MAX_HEAD_BYTES or lines > MAX_HEAD_LINES or not line.endswith(b"\n"):
+                self.close_connection = True
+                self.send_error(431, f"request headers past {MAX_HEAD_BYTES >> 10} KiB or {MAX_HEAD_LINES} lines")
+                return False
+        self.rfile = io.BytesIO(bytes(head))
+        try:
+            return super().parse_request()
+        finally:
+            self.rfile = sock_file
 
     def _log(self, run: str, secret: str, status: int, verdict: str, **extra: Any) -> dict[str, Any]:
         entry = {"time": round(time.time(), 3), "run": run, "secret": secret, "method": self.command,
@@ -236,7 +282,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self._refuse(413, "invalid_request_error", "missing, malformed or too large Content-Length", rec, name)
             return
-        if self.headers.get("content-encoding", "identity").strip().lower() != "identity":
+        if self.headers.get("content-encoding", "identity").strip(" \t").lower() != "identity":
             self.close_connection = True
             self._refuse(415, "invalid_request_error", "Content-Encoding is not forwarded: send the body as it is",
                          rec, name)
@@ -253,7 +299,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 self._refuse(408, "invalid_request_error", f"the body did not arrive within {BODY_DEADLINE:g} s",
                              rec, name)
                 return
-            cost = PARSE_COST * sum(body.count(c) for c in (b",", b":", b"{", b"["))
+            cost = parse_cost(body)
             if (short := self.server.take_bytes(rec, cost)) is not None:
                 self.close_connection = True
                 self._refuse(short[0], "rate_limit_error" if short[0] == 429 else "overloaded_error",
@@ -293,34 +339,38 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             seen.add(key)
         return None
 
-    def _read_body(self, length: int) -> bytes | None:
-        """LENGTH bytes within BODY_DEADLINE seconds, or None."""
+    def _read_body(self, length: int) -> bytearray | None:
+        """LENGTH bytes within BODY_DEADLINE seconds (into one buffer: no second copy
+        of the body), or None."""
         deadline = time.monotonic() + BODY_DEADLINE
-        chunks, left = [], length
+        body = bytearray(length)
+        view, got = memoryview(body), 0
         try:
-            while left:
+            while got < length:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
                 self.connection.settimeout(remaining)
-                chunk = self.rfile.read1(min(left, 1 << 16))
-                if not chunk:
+                n = self.rfile.readinto1(view[got:got + (1 << 16)])
+                if not n:
                     return None
-                chunks.append(chunk)
-                left -= len(chunk)
+                got += n
         except (TimeoutError, OSError):
             return None
         finally:
+            view.release()
             try:
                 self.connection.settimeout(self.timeout)
             except OSError:
                 pass
-        return b"".join(chunks)
+        return body
 
-    def _forward(self, rec: RunRecord, name: str, sdef: SecretDef, body: bytes) -> None:
+    def _forward(self, rec: RunRecord, name: str, sdef: SecretDef, body: bytes | bytearray) -> None:
         conn_tokens = {t.strip().lower() for t in self.headers.get("connection", "").split(",")}
+        # Compared with `_` as `-` (review 27: `x_api_key` went upstream beside the key).
         headers = {k: v for k, v in self.headers.items()
-                   if k.lower() not in DROP_REQUEST and k.lower() not in conn_tokens and k.lower() != sdef.header.lower()}
+                   if (n := k.lower().replace("_", "-")) not in DROP_REQUEST and n not in conn_tokens
+                   and n != sdef.header.lower()}
         port = sdef.upstream_port
         headers["Host"] = sdef.upstream_host if port == 443 else f"{sdef.upstream_host}:{port}"
         value = self.server.values[rec.keys.get(name, name)].decode()

@@ -632,3 +632,29 @@ def _has_user(name: str) -> bool:
         return True
     except KeyError:
         return False
+
+
+def test_a_requests_head_is_bounded_and_a_bodys_decoded_size_is_charged(proxy, monkeypatch):
+    """Review 27: headers were not bounded (100 lines of 64 KiB a connection: 6 GB from
+    256 connections, no placeholder needed; the OOM killer took the injector), and a
+    body's charge missed its decoded size (one character past the BMP made a 32 MiB
+    ASCII body a 128 MiB string, parsed into another)."""
+    srv, reg = proxy
+    port = srv.server_address[1]
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n" + b"".join(b"x-pad-%02d: %s\r\n" % (i, b"a" * 1000) for i in range(20)))
+    answer = s.recv(4096)
+    s.close()
+    assert answer.startswith(b"HTTP/1.1 431"), answer
+    monkeypatch.setattr(injectproxy, "RUN_BODY_BYTES", 6 << 20)
+    tok = reg.add("run-wide", "wf", ["api"], ttl=60)["api"]
+    h = {"x-api-key": tok, "Content-Type": "application/json"}
+    text = "x" * (1 << 20)
+    status, data, _ = _post(port, "/v1/messages", h, json.dumps({"model": "m", "a": text}).encode())
+    assert status == 200, data  # about 3 MiB: the body and its one-byte-wide text, twice
+    status, data, _ = _post(port, "/v1/messages", h, json.dumps({"model": "m", "a": text + "\U0001F600"},
+                                                                 ensure_ascii=False).encode())
+    assert status == 429 and b"parsing this body" in data, (status, data)
+    status, data, _ = _post(port, "/v1/messages", h, json.dumps({"model": "m", "a": text + "\U0001F600"}).encode())
+    assert status == 429, (status, data)  # the same character as a \\ud83d\\ude00 escape
+    reg.release("run-wide")
