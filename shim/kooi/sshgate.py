@@ -33,7 +33,8 @@ from pathlib import Path
 from .hoststate import HostStateError
 from .hoststate import ssh as ssh_state
 from .hoststate.engine import EngineConfig
-from .run.errors import EXIT_INVALID, EXIT_REFUSED, EXIT_UNAVAILABLE, neutral
+from .neutral import neutral
+from .run.errors import EXIT_INVALID, EXIT_REFUSED, EXIT_UNAVAILABLE
 from .sessions import SessionError
 
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"  # the runner image's (openssh-sftp-server)

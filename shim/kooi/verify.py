@@ -17,7 +17,7 @@ from typing import Any
 
 from .checks import CHECKS, Context, cis, run_all
 from .checks.core import FAIL, NA, PASS, Host
-from .run.errors import neutral
+from .neutral import neutral
 
 
 def probe_image_for(host: Host, ctx: Context, requested: str | None) -> str:

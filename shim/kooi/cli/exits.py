@@ -7,6 +7,8 @@ import io
 import sys
 from typing import TextIO
 
+from ..neutral import neutral
+
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
@@ -17,8 +19,6 @@ def fail(where: str, message: object, code: int = EXIT_FAIL) -> int:
     """Print `WHERE: MESSAGE` on standard error and return CODE. A message may name what
     a workload made (a path in the project): its control characters are shown, never
     sent to the caller's terminal (a person's file name retitled root's terminal)."""
-    from ..run.errors import neutral
-
     print(neutral(f"{where}: {message}"), file=sys.stderr)
     return code
 
@@ -34,8 +34,6 @@ class Neutral(io.TextIOBase):
         self.inner = inner
 
     def write(self, s: str) -> int:
-        from ..run.errors import neutral
-
         self.inner.write(neutral(s.replace("\x7f", "\\u007f")))
         return len(s)
 

@@ -54,8 +54,8 @@ def gc_command(args: argparse.Namespace) -> int:
         return fail("kooi gc", exc, EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 - engine unreachable and the like
         return fail("kooi gc", f"{exc.__class__.__name__}: {exc}", EXIT_FAIL)
+    from ..neutral import neutral
     from ..run.deadrun import DEAD
-    from ..run.errors import neutral
     from ..run.leftovers import WARNING
 
     verb = "would remove" if args.dry_run else "removed"

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..hoststate import HostStateError
 from ..hoststate import engine as engine_state
-from ..run.errors import neutral
+from ..neutral import neutral
 from .exits import EXIT_OK, EXIT_USAGE, fail
 
 
@@ -142,7 +142,7 @@ def _list(sessions: Any, cfg: Any, who: Any, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"sessions": [s.as_dict() for s in found], "homes": homes}, indent=2))
         return EXIT_OK
-    from ..run.errors import neutral
+    from ..neutral import neutral
 
     rows = [("PERSON", "WORKFLOW", "STATE", "STARTED", "PROJECT", "RUN")]
     rows += [(s.person, s.workflow, ("running" if s.running else "ended") + ("" if s.supervised else " (unsupervised)"),

@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..neutral import neutral
+
 EXIT_INVALID = 2        # bad command line or workflow: nothing ran
 EXIT_BUSY = 75          # the same workflow is running on the same project
 EXIT_TIMEOUT = 124      # the workload ran past its timeout and was killed
@@ -87,19 +89,6 @@ def now() -> str:
 # The workload's output kooi keeps (log file and echo) per run; past it, output is
 # counted and dropped, and the result says how much (a workload flooding the log).
 MAX_OUTPUT = 64 << 20
-# Control characters in the workload's output are shown, not obeyed: no escape sequence
-# of the workload's rewrites the terminal (hiding kooi's own lines) or a log reader's.
-# Tab and newline pass; C0, DEL, C1 and the bidirectional overrides become \xNN/\uNNNN.
-_NEUTRAL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0))}
-# Also the line and paragraph separators (a line of the workload's that a reader takes
-# for kooi's own) and the zero-width characters that hide text.
-_NEUTRAL.update({c: f"\\u{c:04x}" for c in (0x061c, 0x200b, 0x200e, 0x200f, 0x2028, 0x2029,
-                                           *range(0x202a, 0x202f), *range(0x2066, 0x206a), 0xfeff)})
-
-
-def neutral(text: str) -> str:
-    """TEXT with its control characters made visible (tab and newline kept)."""
-    return text.translate(_NEUTRAL)
 
 
 class Log:

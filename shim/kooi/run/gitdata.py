@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import zlib
+from collections.abc import Iterator
 
 from .protected import is_layout
 
@@ -192,6 +193,33 @@ def bound_problems(fd: int, rel: str, out: list[str], budget: list[int]) -> None
 MAX_REFS = 100_000
 
 
+def _files_below(top: int, rel: str, size: int,
+                 skip: tuple[type[OSError], ...]) -> Iterator[tuple[str, bytes | None]]:
+    """(path, its first SIZE bytes) of every file below REL in the directory TOP (a
+    descriptor), (path, None) of every directory, never through a symlink, lock files
+    left out; a directory whose opening raises one of SKIP is left out, any other
+    error raised."""
+    todo = [rel]
+    while todo:
+        rel = todo.pop()
+        try:
+            dfd = os.open(rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+        except skip:
+            continue
+        try:
+            for e in os.scandir(dfd):
+                child = f"{rel}/{e.name}"
+                if e.is_dir(follow_symlinks=False):
+                    todo.append(child)
+                    yield child, None
+                elif e.is_file(follow_symlinks=False) and not e.name.endswith(".lock"):
+                    with os.fdopen(os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd), "rb") as f:
+                        data = f.read(size)
+                    yield child, data
+        finally:
+            os.close(dfd)
+
+
 def read_refs(gitdir: str | os.PathLike[str]) -> tuple[dict[str, str], str] | None:
     """The refs of the git directory GITDIR (loose ones over packed-refs: what git reads)
     and what HEAD names, never through a symlink; None when it holds more than MAX_REFS
@@ -211,26 +239,11 @@ def read_refs(gitdir: str | os.PathLike[str]) -> tuple[dict[str, str], str] | No
                         refs[name.decode(errors="replace")] = oid.decode(errors="replace")
         except FileNotFoundError:
             pass
-        todo = ["refs"]
-        while todo:
-            rel = todo.pop()
-            try:
-                dfd = os.open(rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
-            except OSError:
-                continue
-            try:
-                for e in os.scandir(dfd):
-                    child = f"{rel}/{e.name}"
-                    if e.is_dir(follow_symlinks=False):
-                        todo.append(child)
-                    elif e.is_file(follow_symlinks=False) and not e.name.endswith(".lock"):
-                        ffd = os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
-                        with os.fdopen(ffd, "rb") as f:
-                            refs[child] = f.read(512).strip().decode(errors="replace")
-                    if len(refs) > MAX_REFS:
-                        return None
-            finally:
-                os.close(dfd)
+        for child, data in _files_below(top, "refs", 512, (OSError,)):
+            if data is not None:
+                refs[child] = data.strip().decode(errors="replace")
+            if len(refs) > MAX_REFS:
+                return None
         try:
             fd = os.open("HEAD", os.O_RDONLY | os.O_NOFOLLOW, dir_fd=top)
             with os.fdopen(fd, "rb") as f:
@@ -333,29 +346,17 @@ def read_tips(gitdir: str | os.PathLike[str]) -> dict[str, str] | None:
                 with os.fdopen(os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=top), "rb") as f:
                     if not take(f.read(MAX_TIP_FILE), e.name):
                         return None
-        todo = ["logs"]
-        while todo:
-            rel = todo.pop()
-            try:
-                dfd = os.open(rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
-            except (FileNotFoundError, NotADirectoryError):
+        # A directory that cannot be read is no reflog-free one: unreadable (None).
+        for child, data in _files_below(top, "logs", MAX_TIP_FILE, (FileNotFoundError, NotADirectoryError)):
+            if data is None:
                 continue
-            try:
-                for e in os.scandir(dfd):
-                    child = f"{rel}/{e.name}"
-                    if e.is_dir(follow_symlinks=False):
-                        todo.append(child)
-                    elif e.is_file(follow_symlinks=False) and not e.name.endswith(".lock"):
-                        with os.fdopen(os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd), "rb") as f:
-                            lines = f.read(MAX_TIP_FILE).splitlines()
-                        # An entry's new id named by the entry, before the ids its old
-                        # id and message name.
-                        at = [(line, f"{child.removeprefix('logs/')}@{{{n}}}") for n, line in enumerate(reversed(lines))]
-                        if not all(take(line[41:105].split(b" ", 1)[0], where) for line, where in at) \
-                                or not all(take(line, where) for line, where in at):
-                            return None
-            finally:
-                os.close(dfd)
+            # An entry's new id named by the entry, before the ids its old id and
+            # message name.
+            at = [(line, f"{child.removeprefix('logs/')}@{{{n}}}")
+                  for n, line in enumerate(reversed(data.splitlines()))]
+            if not all(take(line[41:105].split(b" ", 1)[0], where) for line, where in at) \
+                    or not all(take(line, where) for line, where in at):
+                return None
     except OSError:
         return None
     finally:
