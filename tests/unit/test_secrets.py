@@ -531,9 +531,9 @@ def test_a_dead_runs_placeholders_die_when_kooi_finishes_it(proxy, tmp_path, mon
                                   "person": "alice"})["placeholders"]["oauth"]
         assert reg.lookup(token) is not None
         monkeypatch.setattr(secrets_state, "load", lambda *a: cfg)
-        record = deadrun._release_secrets("s-dead")
+        record = deadrun._release_secrets(tmp_path, "s-dead")
         assert record is not None and record["injected"]["oauth"]["env"] == "CLAUDE_CODE_OAUTH_TOKEN", record
-        assert reg.lookup(token) is None and deadrun._release_secrets("s-dead") is None
+        assert reg.lookup(token) is None and deadrun._release_secrets(tmp_path, "s-dead") is None
     finally:
         control.shutdown()
         control.server_close()
@@ -604,6 +604,56 @@ def test_live_runs_survive_a_restart_of_the_injector(tmp_path):
     assert again.load() == 1 and again.lookup(tok)[1] == "api", again.runs
     path.write_text("{not json")
     assert injectcontrol.Registry(path).load() == 0
+
+
+def test_a_release_that_failed_is_settled_by_the_next_run_and_gc_not_by_the_ttl(proxy, tmp_path):
+    """Review 27 (F3): a run whose release failed while the injector was down kept a
+    working placeholder after the injector came back (its registry read back from disk)
+    until the time to live ran out: a placeholder the workload had left in the project
+    worked for the next run's workload. The release is owed from before the run
+    registers; a run whose process is gone is released by the next run or `kooi gc`, a
+    live run never."""
+    from kooi.run import releases
+
+    srv, _ = proxy
+    wfdir = tmp_path / "workflows"
+    wfdir.mkdir(mode=0o755)
+    (wfdir / "agent.yml").write_text("description: d\ncommand: [\"true\"]\nnetwork: proxy\nsecrets: [api]\n")
+    sock, runs = tmp_path / "control.sock", tmp_path / "runs"
+    runs.mkdir()
+    cfg = dataclasses.replace(srv.cfg, injector=dataclasses.replace(srv.cfg.injector, control=str(sock)))
+
+    def injector(reg: injectcontrol.Registry) -> injectcontrol.ControlServer:
+        sock.unlink(missing_ok=True)
+        control = injectcontrol.ControlServer(str(sock), os.getgid(), cfg, srv.values, reg, wfdir)
+        threading.Thread(target=control.serve_forever, daemon=True).start()
+        return control
+
+    control = injector(injectcontrol.Registry(tmp_path / "registry.json"))
+    ended, live = releases.Owed(runs, "run-ended"), releases.Owed(runs, "run-live")
+    token = inject.call(cfg, {"op": "register", "run": "run-ended", "workflow": "agent"})["placeholders"]["api"]
+    other = inject.call(cfg, {"op": "register", "run": "run-live", "workflow": "agent"})["placeholders"]["api"]
+    control.shutdown()
+    control.server_close()  # the injector is down when run-ended ends
+    with pytest.raises(inject.InjectError):
+        releases.release(runs, cfg, "run-ended")
+    ended.close()
+    assert releases.settle(runs, cfg)[0].startswith("warning: the placeholders of run run-ended are still owed")
+    again = injectcontrol.Registry(tmp_path / "registry.json")
+    assert again.load() == 2 and again.lookup(token) is not None  # back from its registry
+    control = injector(again)
+    try:
+        said = releases.settle(runs, cfg)
+        assert said == ["released the placeholders of run run-ended, whose own release had failed (it forwarded "
+                        "0 request(s), refused 0)"], said
+        assert again.lookup(token) is None and not ended.path.exists()
+        assert again.lookup(other) is not None and live.path.exists()  # a live run's stay
+        assert releases.release(runs, cfg, "run-live")["run"] == "run-live"
+        live.paid()
+        assert releases.settle(runs, cfg) == [] and not list((runs / releases.SUBDIR).iterdir())
+    finally:
+        control.shutdown()
+        control.server_close()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="root under the unit's capability bound")

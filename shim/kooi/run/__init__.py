@@ -13,6 +13,7 @@
     filters.py   kooi's seccomp filter as each backend installs it
     errors.py    exit codes, RunError, Result, Log
     leftovers.py `kooi run gc`: what ended runs left behind
+    releases.py  the injector releases a run owes until they are done (next run, gc)
     deadrun.py   a run whose kooi run died: its record, and its check finished by the next
                  holder of its project (a run, `kooi gc`)
     guard.py     the project guard: protected paths kept, throwaway git directories,

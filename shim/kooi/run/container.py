@@ -24,12 +24,13 @@ from ..hoststate.egress import EgressConfig
 from ..hoststate.engine import EngineConfig
 from ..seccomp import TOKEN_ENV, limit_mark, limits_reached
 from ..workflow import Workflow
-from . import filters, runnet, session
+from . import filters, releases, runnet, session
 from . import limits as run_limits
 from .brokered import ENGINE_HOST, BrokeredEngine
 from .context import RunContext
 from .errors import EXIT_ERROR, Result, refused, unavailable
 from .project import SUBGID, grant_search, grant_workspace, host_uid_of, share_with_group, subid_start
+from .releases import Owed
 from .spec import WORKSPACE, bind, env_of, set_env
 
 MAVEN_SETTINGS = "/run/kooi/maven-settings.xml"
@@ -120,6 +121,7 @@ class ContainerBackend:
         self.pump: threading.Thread | None = None
         self.proxy_host: str | None = None
         self.registered = False
+        self.owed: Owed | None = None  # the run's release, until the injector has released it
         self.plan: run_limits.Plan | None = None
         self.tail = ""  # the end of the workload's output (the init's limit report)
         self.token = ""  # the init's secret: only its limit report carries it
@@ -364,11 +366,15 @@ class ContainerBackend:
             raise unavailable(f"secrets {', '.join(injected)}: the injector is reached on the run's proxy path, "
                               "and this host has no egress control (kooi_egress_enabled); enable it and re-run "
                               "site.yml")
+        self.owed = Owed(ctx.run_dir, ctx.run_id)
         try:
             doc = inject.call(sc, {"op": "register", "run": ctx.run_id, "workflow": ctx.wf.name,
                                    "directory": str(ctx.wf.path.parent),
                                    **({"person": ctx.session.person} if ctx.session else {})})
         except inject.InjectError as exc:
+            # Not registered, or registered and its answer lost: released by the next
+            # run or `kooi gc` either way.
+            self.owed.close()
             raise unavailable(f"secrets: {exc}") from None
         self.registered = True
         env: dict[str, str] = {}
@@ -546,14 +552,17 @@ class ContainerBackend:
         forwarded, what it refused) goes into the result."""
         from .. import inject
 
-        assert self.ctx is not None and self.ctx.secrets is not None
+        assert self.ctx is not None and self.ctx.secrets is not None and self.owed is not None
         res = self.ctx.res
         try:
-            rec = inject.call(self.ctx.secrets, {"op": "release", "run": self.ctx.run_id}).get("record") or {}
+            rec = releases.release(self.ctx.run_dir, self.ctx.secrets, self.ctx.run_id) or {}
         except inject.InjectError as exc:
-            res.warn(self.ctx.log, f"secrets: could not release the run's placeholders ({exc}); they expire "
-                     "with the run's timeout")
+            self.owed.close()
+            res.warn(self.ctx.log, f"secrets: could not release the run's placeholders ({exc}); the next run "
+                     "on this host or `kooi gc` releases them (run.releases), at the latest they expire ten "
+                     "minutes after the run's timeout")
             return
+        self.owed.paid()
         self.registered = False
         if res.secrets is not None:
             res.secrets["forwarded"] = rec.get("forwarded", 0)

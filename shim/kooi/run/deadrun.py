@@ -388,7 +388,7 @@ def _finish(path: Path, doc: dict[str, Any], cfg: EngineConfig | None, log: Log,
             return f"run {run_id}'s record names {recorded}, which is now another directory: kept ({path})"
         raise refused(_not_there(path, doc))
     gone = _remove_containers(cfg, run_id) if doc.get("mode") != "jail" else []
-    res.secrets = _release_secrets(run_id)
+    res.secrets = _release_secrets(path.parent.parent, run_id)
     if where is None:
         res.end = now()
         res.message = (f"kooi run died during the run without a result (SIGKILL: the OOM killer or an operator); "
@@ -420,18 +420,19 @@ def _finish(path: Path, doc: dict[str, Any], cfg: EngineConfig | None, log: Log,
     return _done(path, res, record, gone, by, where)
 
 
-def _release_secrets(run_id: str) -> dict[str, Any] | None:
+def _release_secrets(run_dir: Path, run_id: str) -> dict[str, Any] | None:
     """The injector's placeholders of a run whose kooi died die with its containers
     (review 14: a killed session's stayed live until its timeout); what they were used
     for goes into its result. None where the host holds no secrets or the injector
-    knows no such run."""
+    knows no such run, or does not answer (then the release stays owed: run.releases)."""
     from .. import inject
     from ..hoststate import HostStateError
     from ..hoststate import secrets as secrets_state
+    from . import releases
 
     try:
         sc = secrets_state.load()
-        rec = inject.call(sc, {"op": "release", "run": run_id}).get("record") if sc and sc.injected else None
+        rec = releases.release(run_dir, sc, run_id) if sc and sc.injected else None
     except (HostStateError, inject.InjectError):
         return None
     if not rec:

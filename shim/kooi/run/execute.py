@@ -24,7 +24,7 @@ from ..hoststate import engine as engine_state
 from ..hoststate import limits as limits_state
 from ..hoststate import secrets as secrets_state
 from ..hoststate.engine import EngineConfig
-from . import backend, deadrun
+from . import backend, deadrun, releases
 from .context import RunContext, SessionRun, load_host_state
 from .errors import EXIT_ERROR, EXIT_INVALID, Interrupted, Log, Result, RunError, now, refused, unavailable
 from .identity import check_identity, check_runner_can_import, drop_to_runner
@@ -184,6 +184,9 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         log.close()
         log = Log(run_dir / "logs" / f"{run_id}.log", echo)
         res.log = str(log.path)
+        if sc is not None and sc.injected:
+            for line in releases.settle(run_dir, sc):  # ended runs' placeholders still live
+                log.note(f"secrets: {line}")
         lock = RunLock(run_dir, wf.name, project)
         lock.acquire(wait)
         # What a run whose kooi run died left in this project is checked first, never

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .. import labels
 from ..hoststate import engine as engine_state
-from . import deadrun, runnet
+from . import deadrun, releases, runnet
 from .project import lock_held
 
 
@@ -27,6 +27,8 @@ def gc(run_dir: Path, engine_config: Path | None = None, dry_run: bool = False,
     # First the runs whose kooi run died: their containers go, then their checks run
     # (run.deadrun), before anyone takes what their workloads left for the project's.
     removed: list[str] = _as_runner(cfg, lambda: deadrun.finish_all(run_dir, cfg, dry_run, keep_days))
+    # Then the placeholders of ended runs whose release failed (run.releases).
+    removed += _as_runner(cfg, lambda: _settle(run_dir, dry_run))
     client = engine.client(cfg, timeout=30, version=None)
     locks = run_dir / "locks"
     live_runs = {f.name for f in (locks.glob("*.lock") if locks.is_dir() else []) if lock_held(f)}
@@ -64,6 +66,22 @@ def gc(run_dir: Path, engine_config: Path | None = None, dry_run: bool = False,
     removed += _sweep(run_dir, "shadows", cutoff, dry_run, tree=True)
     client.close()
     return removed
+
+
+def _settle(run_dir: Path, dry_run: bool) -> list[str]:
+    from ..hoststate import HostStateError
+    from ..hoststate import secrets as secrets_state
+
+    try:
+        sc = secrets_state.load()
+    except HostStateError as exc:
+        return [f"warning: ended runs' placeholders not checked: {exc}"]
+    if sc is None or not sc.injected:
+        return []
+    if dry_run:
+        owed = [p.name for p in (run_dir / releases.SUBDIR).glob("*")] if (run_dir / releases.SUBDIR).is_dir() else []
+        return [f"would release the placeholders of run {n} if its process is gone" for n in sorted(owed)]
+    return releases.settle(run_dir, sc)
 
 
 SCAN_GRACE = 3600.0  # seconds: an image scan's container younger than this may be in use
