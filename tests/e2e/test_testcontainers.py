@@ -124,6 +124,75 @@ def test_python_clients_pinned_versions_and_the_getting_started_guides_fixture(h
         shutil.rmtree(proj, ignore_errors=True)
 
 
+# The pinned Testcontainers for Java versions (tests/compat/java/versions; the Maven
+# example pins 1.21.4) and what each does under kooi.
+JAVA_CLIENTS = {"1.19.8": "pass", "1.20.6": "pass", "2.0.5": "pass"}
+
+
+def test_java_clients_pinned_versions_run_the_getting_started_guides_test(host, tc_wfdir, postgres_image):
+    """Issue 31: Testcontainers for Java as projects pin it (1.19, 1.20, 2.x: renamed
+    modules), the getting-started guide's test through the broker; every artifact comes
+    through the egress proxy's maven_central preset and is checked against the project's
+    trusted checksums (one changed hash fails that version's build)."""
+    src = REPO / "tests/compat/java"
+    base = Path(host["runner_home"]) / "kooi-e2e"
+    proj, bad = base / f"compat-java-{time.monotonic_ns()}", base / f"compat-java-bad-{time.monotonic_ns()}"
+    shutil.copytree(src, proj, ignore=shutil.ignore_patterns("target"))
+    shutil.copytree(src, bad, ignore=shutil.ignore_patterns("target"))
+    sums = bad / ".mvn/checksums/checksums-central.sha256"
+    jar = "org/testcontainers/testcontainers/1.20.6/testcontainers-1.20.6.jar"
+    sums.write_text("".join(("0" * 64 + line[64:]) if line.endswith(f"  {jar}\n") else line
+                            for line in sums.read_text().splitlines(keepends=True)))
+    (bad / "versions").write_text("1.20.6 postgresql junit-jupiter\n")
+    try:
+        for d in (proj, bad):
+            subprocess.run(["chown", "-R", f"{host['runner_user']}:{host['runner_user']}", str(d)], check=True)
+        runner_docker(host, "tag", postgres_image, "postgres:16-alpine")  # the guide's image name
+        write_wf(tc_wfdir, "compat-java", {"mode": "container", "image": "runner", "testcontainers": True,
+                                           "command": ["sh", "run.sh"], "timeout": 1500})
+        res, result = kooi_run("compat-java", proj, tc_wfdir, timeout=1500)
+        found = dict(re.findall(r"^compat java testcontainers (\S+): (\S+)$", res.stdout, re.M))
+        assert found == JAVA_CLIENTS, res.stdout[-6000:]
+        assert result["reason"] == "ok" and result["broker"]["refused"] == 0, result["broker"]
+        assert result["egress"]["requests"] > 10 and result["egress"]["refused"] == [], result["egress"]
+        assert result["cleanup"]["failed"] == [] and run_objects(host, result["run_id"]) == []
+        res, result = kooi_run("compat-java", bad, tc_wfdir, timeout=600)
+        assert result["reason"] == "failed", res.stdout[-3000:]
+        assert "org.testcontainers:testcontainers:jar:1.20.6 trusted checksum mismatch" in res.stdout, \
+            res.stdout[-3000:]
+        assert "compat java testcontainers 1.20.6: FAIL" in res.stdout
+    finally:
+        for d in (proj, bad):
+            subprocess.run(["runuser", "-u", host["runner_user"], "--", "rm", "-rf", str(d)], check=False)
+
+
+# The pinned Testcontainers for Node.js versions besides the example's 11.14.0
+# (tests/compat/node/locks). 12.x needs Node 22.22 or newer (zstd in node:zlib): the
+# runner image has Debian 13's Node 20 (docs/testcontainers.md).
+NODE_CLIENTS = {"10.28.0": "pass"}
+
+
+def test_node_clients_pinned_versions_run_the_examples_test(host, tc_wfdir, postgres_image):
+    """Issue 31: Testcontainers for Node.js 10.x (the last release before 11) runs the
+    example's test unchanged through the broker (vendored from a hashed lock)."""
+    src = REPO / "tests/compat/node"
+    proj = Path(host["runner_home"]) / "kooi-e2e" / f"compat-node-{time.monotonic_ns()}"
+    proj.mkdir()
+    shutil.copy(src / "run.sh", proj / "run.sh")
+    try:
+        subprocess.run([str(src / "vendor.sh"), str(proj)], check=True, capture_output=True, timeout=600)
+        subprocess.run(["chown", "-R", f"{host['runner_user']}:{host['runner_user']}", str(proj)], check=True)
+        write_wf(tc_wfdir, "compat-node", {"mode": "container", "image": "runner", "testcontainers": True,
+                                           "command": ["sh", "run.sh"], "timeout": 600})
+        res, result = kooi_run("compat-node", proj, tc_wfdir, timeout=600)
+        found = dict(re.findall(r"^compat node testcontainers (\S+): (\S+)$", res.stdout, re.M))
+        assert found == NODE_CLIENTS, res.stdout[-6000:]
+        assert re.search(r"KOOI-TC-NODE host=engine\.kooi\.internal port=\d+ total=42", res.stdout), res.stdout
+        assert result["cleanup"]["failed"] == [] and run_objects(host, result["run_id"]) == []
+    finally:
+        subprocess.run(["runuser", "-u", host["runner_user"], "--", "rm", "-rf", str(proj)], check=False)
+
+
 def test_go_testcontainers_with_its_modules_through_the_go_preset(host, tc_wfdir, project, variants, postgres_image):
     """Issue 31: testcontainers-go (v0.45) in the runner image's go variant, through the
     broker; its modules come from the Go module proxy through the run's egress proxy (the
