@@ -31,8 +31,12 @@ class Owed:
         d = run_dir / SUBDIR
         d.mkdir(mode=0o750, exist_ok=True)
         self.path = d / run_id
-        self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
-        fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh run id: nobody else's
+        # Locked before it has its name: `settle` never finds it unheld while the run lives.
+        new = d / f"{run_id}~"  # not a run id (RUN_RE): settle passes it by
+        new.unlink(missing_ok=True)
+        self.fd: int | None = os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+        fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(new, self.path)
 
     def paid(self) -> None:
         """Released (or never registered): nothing owed."""
