@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Build the images Testcontainers tests use on the runner's rootless engine, from the
 # locally bootstrapped Debian base that site.yml loaded there (no registry needed).
-# Usage (as root, after site.yml): images/testcontainers/build.sh [NAME...]
+# Usage (as root, after site.yml): images/testcontainers/build.sh [--tag EXTRA]... [NAME...]
 #   default: postgres  ->  kooi-postgres:17
+#   --tag EXTRA: one more name for the image (tests give PostgreSQL the guides' name,
+#   postgres:16-alpine, where no registry serves it; never on a host that pulls it)
 set -euo pipefail
+extra=()
+while [ "${1:-}" = --tag ]; do
+  [ -n "${2:-}" ] || { echo "build.sh: --tag needs a name" >&2; exit 2; }
+  extra+=(-t "$2"); shift 2
+done
 here=$(cd "$(dirname "$0")" && pwd)
 engine=/etc/kooi/engine.json
 [ -r "$engine" ] || { echo "build.sh: $engine is missing; provision the host with site.yml first" >&2; exit 2; }
@@ -36,6 +43,7 @@ for name in "${@:-postgres}"; do
     *) echo "build.sh: unknown image $name (known: postgres)" >&2; exit 2 ;;
   esac
   # The context goes over stdin: the runner need not read the checkout.
-  tar -C "$here/$name" -c . | as_runner docker build -q "${proxy_args[@]}" -f Containerfile -t "$tag" - >/dev/null
+  tar -C "$here/$name" -c . | as_runner docker build -q "${proxy_args[@]}" -f Containerfile -t "$tag" "${extra[@]}" - \
+    >/dev/null
   echo "$tag"
 done
