@@ -47,10 +47,13 @@ class RunRecord:
     requests: list[dict[str, Any]] = field(default_factory=list)
     active: int = 0  # requests of the run being forwarded now (injectproxy.ProxyServer.take_slot)
     body_bytes: int = 0  # memory its request bodies hold now (injectproxy.ProxyServer.take_bytes)
+    logged: int = 0  # its entries in the access log (injectproxy.ProxyServer.write_log)
+    not_logged: int = 0  # its requests past LOG_PER_RUN
 
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run, "workflow": self.workflow, "secrets": sorted(self.tokens),
-                "forwarded": self.forwarded, "refused": self.refused, "requests": self.requests}
+                "forwarded": self.forwarded, "refused": self.refused, "requests": self.requests,
+                "not_logged": self.not_logged}
 
 
 class Registry:
@@ -80,7 +83,8 @@ class Registry:
                     rec = RunRecord(str(r["run"]), str(r["workflow"]), float(r["expires"]),
                                     {str(k): str(v) for k, v in r["tokens"].items()},
                                     {str(k): str(v) for k, v in r["keys"].items()}, int(r["forwarded"]),
-                                    list(r["refused"]), list(r["requests"]))
+                                    list(r["refused"]), list(r["requests"]), logged=int(r.get("logged", 0)),
+                                    not_logged=int(r.get("not_logged", 0)))
                     if rec.expires < now or not RUN_RE.match(rec.run) or len(self.runs) >= MAX_RUNS \
                             or not all(t.startswith(PLACEHOLDER_PREFIX) for t in rec.tokens.values()):
                         continue
@@ -96,7 +100,8 @@ class Registry:
         if self.path is None:
             return
         doc = {"runs": [{"run": r.run, "workflow": r.workflow, "expires": r.expires, "tokens": r.tokens,
-                         "keys": r.keys, "forwarded": r.forwarded, "refused": r.refused, "requests": r.requests}
+                         "keys": r.keys, "forwarded": r.forwarded, "refused": r.refused, "requests": r.requests,
+                         "logged": r.logged, "not_logged": r.not_logged}
                         for r in self.runs.values()]}
         tmp = self.path.with_name(self.path.name + ".new")
         try:

@@ -31,13 +31,25 @@ SHARED_SLOTS = 256
 BODY_DEADLINE = 60.0
 # Memory for request bodies, read and parsed, at once (review 25: 48 bodies of
 # `[{},{},...]` took the injector to 22 GB and the host's OOM killer took it): a body's
-# bytes are taken from the run's share and the injector's whole before it is read, and
-# what parsing it costs (PARSE_COST per JSON separator or bracket: the objects it makes)
-# before it is parsed. Past a run's share, its request is refused (429); past the whole,
-# every run's waits for a body to go, up to BODY_DEADLINE, then 503.
+# bytes are taken as they arrive (review 28: declared lengths, taken and allocated before
+# a byte came, let three runs that sent one byte hold all of it), and what parsing it
+# costs (PARSE_COST per JSON separator or bracket: the objects it makes; review 28: 64
+# was half of what a key and its value make) before it is parsed. A run's first
+# RUN_RESERVED_BYTES are its own (no other run's bodies take them), the rest up to
+# RUN_BODY_BYTES come from BODY_BYTES that all runs share: past a run's share its request
+# is refused (429); past the shared, a request waits for a body to go, up to
+# BODY_DEADLINE, then 503. In all at most MAX_RUNS x RUN_RESERVED_BYTES + BODY_BYTES
+# (2 GiB; the unit's MemoryMax is 3G).
 RUN_BODY_BYTES = 512 << 20
-BODY_BYTES = 1536 << 20
-PARSE_COST = 64
+RUN_RESERVED_BYTES = 16 << 20
+BODY_BYTES = 1024 << 20
+PARSE_COST = 160
+# The access log (review 28: one run's refused requests wrote about 1 MB a second): a
+# run's first LOG_PER_RUN entries, then a count in its record (`not_logged`); requests
+# of no live run at LOG_UNKNOWN_RATE a second with bursts of LOG_UNKNOWN_BURST.
+LOG_PER_RUN = 2000
+LOG_UNKNOWN_RATE = 2.0
+LOG_UNKNOWN_BURST = 200
 # A request's head (its line, then its headers) is read within these bounds before
 # anything else (review 27: 96 headers of 64 KiB on each of 256 connections, no
 # placeholder needed, took the injector to 6 GB; with 1024, the OOM killer took it).
@@ -204,15 +216,16 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         finally:
             self.rfile = sock_file
 
-    def _log(self, run: str, secret: str, status: int, verdict: str, **extra: Any) -> dict[str, Any]:
-        entry = {"time": round(time.time(), 3), "run": run, "secret": secret, "method": self.command,
-                 "path": self.path.split("?", 1)[0][:512], "status": status, "verdict": verdict, **extra}
-        self.server.write_log(entry)
+    def _log(self, rec: RunRecord | None, secret: str, status: int, verdict: str, **extra: Any) -> dict[str, Any]:
+        entry = {"time": round(time.time(), 3), "run": rec.run if rec else "-", "secret": secret,
+                 "method": self.command, "path": self.path.split("?", 1)[0][:512], "status": status,
+                 "verdict": verdict, **extra}
+        self.server.write_log(entry, rec)
         return entry
 
     def _refuse(self, status: int, kind: str, message: str, rec: RunRecord | None, secret: str) -> None:
         # Recorded before the answer goes out: a run released right after it has it.
-        entry = self._log(rec.run if rec else "-", secret, status, "refused", reason=message)
+        entry = self._log(rec, secret, status, "refused", reason=message)
         if rec is not None:
             self.server.registry.note(rec, {k: entry[k] for k in ("time", "method", "path", "status", "reason")},
                                       refused=True)
@@ -287,17 +300,12 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             self._refuse(415, "invalid_request_error", "Content-Encoding is not forwarded: send the body as it is",
                          rec, name)
             return
-        held = length
-        if (short := self.server.take_bytes(rec, length)) is not None:
-            self.close_connection = True
-            self._refuse(short[0], "rate_limit_error" if short[0] == 429 else "overloaded_error", short[1], rec, name)
-            return
+        held = [0]  # of the run's body memory, taken (take_bytes) and given back at the end
         try:
-            body = self._read_body(length)
-            if body is None:
+            body = self._read_body(rec, length, held)
+            if isinstance(body, tuple):
                 self.close_connection = True
-                self._refuse(408, "invalid_request_error", f"the body did not arrive within {BODY_DEADLINE:g} s",
-                             rec, name)
+                self._refuse(body[0], body[1], body[2], rec, name)
                 return
             cost = parse_cost(body)
             if (short := self.server.take_bytes(rec, cost)) is not None:
@@ -305,10 +313,10 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 self._refuse(short[0], "rate_limit_error" if short[0] == 429 else "overloaded_error",
                              f"{short[1]} (parsing this body takes about {cost >> 20} MiB)", rec, name)
                 return
-            held += cost
+            held[0] += cost
             why = body_refusal(sdef, body)
             self.server.give_bytes(rec, cost)
-            held -= cost
+            held[0] -= cost
             if why is not None:
                 self._refuse(why[0], "permission_error" if why[0] == 403 else "invalid_request_error", why[1], rec,
                              name)
@@ -322,7 +330,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             finally:
                 self.server.give_slot(rec)
         finally:
-            self.server.give_bytes(rec, held)
+            self.server.give_bytes(rec, held[0])
 
     def _odd_header(self) -> str | None:
         """Why the request's headers could mean one thing here and another upstream:
@@ -339,26 +347,33 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             seen.add(key)
         return None
 
-    def _read_body(self, length: int) -> bytearray | None:
-        """LENGTH bytes within BODY_DEADLINE seconds (into one buffer: no second copy
-        of the body), or None."""
+    def _read_body(self, rec: RunRecord, length: int, held: list[int]) -> bytearray | tuple[int, str, str]:
+        """LENGTH bytes within BODY_DEADLINE seconds, each piece's memory taken from the
+        run's share before it is read (HELD[0]: how much), into one buffer that grows
+        as they come (no second copy of the body); or why not (status, kind, message)."""
         deadline = time.monotonic() + BODY_DEADLINE
-        body = bytearray(length)
-        view, got = memoryview(body), 0
+        late = (408, "invalid_request_error", f"the body did not arrive within {BODY_DEADLINE:g} s")
+        body = bytearray()
         try:
-            while got < length:
+            while len(body) < length:
+                want = min(1 << 16, length - len(body))
+                if (short := self.server.take_bytes(rec, want, deadline)) is not None:
+                    return short[0], "rate_limit_error" if short[0] == 429 else "overloaded_error", short[1]
+                held[0] += want
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return None
+                    return late
                 self.connection.settimeout(remaining)
-                n = self.rfile.readinto1(view[got:got + (1 << 16)])
-                if not n:
-                    return None
-                got += n
+                piece = self.rfile.read1(want)
+                if not piece:
+                    return late
+                body += piece
+                if len(piece) < want:
+                    self.server.give_bytes(rec, want - len(piece))
+                    held[0] -= want - len(piece)
         except (TimeoutError, OSError):
-            return None
+            return late
         finally:
-            view.release()
             try:
                 self.connection.settimeout(self.timeout)
             except OSError:
@@ -417,7 +432,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 if chunked:
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
-            self._log(rec.run, name, resp.status, "forwarded", bytes_in=len(body), bytes_out=sent,
+            self._log(rec, name, resp.status, "forwarded", bytes_in=len(body), bytes_out=sent,
                       ms=round((time.monotonic() - t0) * 1000, 1))
         finally:
             up.close()
@@ -438,7 +453,9 @@ class ProxyServer(http.server.ThreadingHTTPServer):
         self.tls = {n: tls_context(s) for n, s in cfg.injected.items()}
         self.slot_lock = threading.Lock()
         self.shared = 0  # SHARED_SLOTS taken
-        self.body_bytes = 0  # of BODY_BYTES, taken (take_bytes)
+        self.body_bytes = 0  # taken by every run (take_bytes)
+        self.shared_bytes = 0  # of BODY_BYTES, taken beyond the runs' own
+        self.unknown_tokens, self.unknown_at = float(LOG_UNKNOWN_BURST), time.monotonic()
         self.bytes_freed = threading.Condition(self.slot_lock)
         self.connections = 0
         self.log_lock = threading.Lock()
@@ -459,18 +476,20 @@ class ProxyServer(http.server.ThreadingHTTPServer):
             rec.active += 1
             return None
 
-    def take_bytes(self, rec: RunRecord, n: int) -> tuple[int, str] | None:
-        """Take N bytes of body memory for REC's run: None, or (status, why not)."""
-        deadline = time.monotonic() + BODY_DEADLINE
+    def take_bytes(self, rec: RunRecord, n: int, deadline: float | None = None) -> tuple[int, str] | None:
+        """Take N bytes of body memory for REC's run (its own first, then the shared),
+        waiting for the shared up to DEADLINE: None, or (status, why not)."""
+        deadline = time.monotonic() + BODY_DEADLINE if deadline is None else deadline
         with self.slot_lock:
             if rec.body_bytes + n > RUN_BODY_BYTES:
                 return 429, (f"this run's request bodies would hold more than {RUN_BODY_BYTES >> 20} MiB of the "
                              "injector's memory at once")
-            while self.body_bytes + n > BODY_BYTES:
+            while self.shared_bytes + _beyond(rec.body_bytes + n) - _beyond(rec.body_bytes) > BODY_BYTES:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self.bytes_freed.wait(left):
-                    return 503, (f"the injector holds {BODY_BYTES >> 20} MiB of request bodies at once, all "
-                                 "taken")
+                    return 503, (f"the injector's {BODY_BYTES >> 20} MiB of request body memory that runs share "
+                                 f"(beyond each run's own {RUN_RESERVED_BYTES >> 20} MiB) are taken")
+            self.shared_bytes += _beyond(rec.body_bytes + n) - _beyond(rec.body_bytes)
             rec.body_bytes += n
             self.body_bytes += n
             return None
@@ -478,6 +497,7 @@ class ProxyServer(http.server.ThreadingHTTPServer):
     def give_bytes(self, rec: RunRecord, n: int) -> None:
         if n:
             with self.slot_lock:
+                self.shared_bytes -= _beyond(rec.body_bytes) - _beyond(rec.body_bytes - n)
                 rec.body_bytes -= n
                 self.body_bytes -= n
                 self.bytes_freed.notify_all()
@@ -516,9 +536,32 @@ class ProxyServer(http.server.ThreadingHTTPServer):
             with self.slot_lock:
                 self.connections -= 1
 
-    def write_log(self, entry: dict[str, Any]) -> None:
+    def write_log(self, entry: dict[str, Any], rec: RunRecord | None = None) -> None:
+        """ENTRY to the access log, within REC's run's LOG_PER_RUN (then counted in its
+        record) or, of no live run, LOG_UNKNOWN_RATE."""
         if self.log_file is None:
             return
         with self.log_lock:
+            if rec is not None:
+                if rec.logged >= LOG_PER_RUN:
+                    rec.not_logged += 1
+                    return
+                rec.logged += 1
+                if rec.logged == LOG_PER_RUN:
+                    entry = {**entry, "note": f"the run's {LOG_PER_RUN}th entry: its further requests are not "
+                                              "logged, counted in its record (not_logged)"}
+            else:
+                now = time.monotonic()
+                self.unknown_tokens = min(float(LOG_UNKNOWN_BURST),
+                                          self.unknown_tokens + (now - self.unknown_at) * LOG_UNKNOWN_RATE)
+                self.unknown_at = now
+                if self.unknown_tokens < 1:
+                    return
+                self.unknown_tokens -= 1
             self.log_file.write(json.dumps(entry) + "\n")
             self.log_file.flush()
+
+
+def _beyond(held: int) -> int:
+    """Of a run's HELD body memory, what is beyond its own share (from the shared)."""
+    return max(0, held - RUN_RESERVED_BYTES)

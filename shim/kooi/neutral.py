@@ -19,3 +19,9 @@ _NEUTRAL.update({c: f"\\u{c:04x}" for c in (0x061c, 0x200b, 0x200e, 0x200f, 0x20
 def neutral(text: str) -> str:
     """TEXT with its control characters made visible (tab and newline kept)."""
     return text.translate(_NEUTRAL)
+
+
+def one_line(text: str) -> str:
+    """TEXT neutral, and one line (a newline as \\n): an item of a list, whose name
+    could otherwise print a line of its own (review 28: a file name in `kooi gc`'s)."""
+    return neutral(text).replace("\n", "\\n")

@@ -194,7 +194,7 @@ def test_node_clients_pinned_versions_run_the_examples_test(host, tc_wfdir, post
 
 
 def test_go_testcontainers_with_its_modules_through_the_go_preset(host, tc_wfdir, project, variants, postgres_image):
-    """Issue 31: testcontainers-go (v0.45) in the runner image's go variant, through the
+    """Issue 31: testcontainers-go (v0.45, and v0.44) in the runner image's go variant, through the
     broker; its modules come from the Go module proxy through the run's egress proxy (the
     go preset) and are checked against the project's go.sum. A module host outside the
     preset is refused, and the run's result says so."""
@@ -207,6 +207,18 @@ def test_go_testcontainers_with_its_modules_through_the_go_preset(host, tc_wfdir
     assert re.search(r"KOOI-TC-GO host=engine\.kooi\.internal port=[0-9]+ total=42", res.stdout), res.stdout[-3000:]
     assert "--- PASS: TestPostgresThroughTheBroker" in res.stdout and result["egress"]["refused"] == []
     assert result["cleanup"]["failed"] == [] and run_objects(host, result["run_id"]) == []
+    # A recent minor (tests/compat/go: v0.44.0), the example's test unchanged.
+    older = Path(host["runner_home"]) / "kooi-e2e" / f"compat-go-{time.monotonic_ns()}"
+    shutil.copytree(REPO / "tests/compat/go", older)
+    shutil.copy(REPO / "examples/testcontainers-go/postgres_test.go", older)
+    try:
+        subprocess.run(["chown", "-R", f"{host['runner_user']}:{host['runner_user']}", str(older)], check=True)
+        res, result = kooi_run("testcontainers-go", older, tc_wfdir, timeout=900)
+        assert res.returncode == 0, res.stdout[-5000:] + res.stderr
+        assert "--- PASS: TestPostgresThroughTheBroker" in res.stdout and result["egress"]["refused"] == []
+        assert run_objects(host, result["run_id"]) == []
+    finally:
+        subprocess.run(["runuser", "-u", host["runner_user"], "--", "rm", "-rf", str(older)], check=False)
     variant(tc_wfdir, "testcontainers-go", "tc-go-elsewhere",
             environment={"GOFLAGS": "-mod=readonly", "GOPROXY": "https://goproxy.kooi.invalid"})
     res, result = kooi_run("tc-go-elsewhere", proj, tc_wfdir, timeout=900)

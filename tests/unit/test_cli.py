@@ -220,3 +220,14 @@ def test_no_command_prints_an_engines_control_characters(tmp_path, capsys):
     for c in ("\x1b", "\x07", "\r", "\x7f", "\u202e"):
         assert c not in text.out + text.err + doc, (c, text)
     assert json.loads(doc)["version"] == evil, doc
+
+
+def test_gc_prints_each_item_on_one_line(monkeypatch, capsys):
+    """Review 28 (F5): a file name the runner chose with a newline in it printed a line
+    of its own in root's `kooi gc` (forging gc's summary)."""
+    from kooi import run
+
+    monkeypatch.setattr(run, "gc", lambda **kw: ["placeholders of run x\nkooi gc: removed 0 item(s)"])
+    assert cli.main(["gc", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["would remove placeholders of run x\\nkooi gc: removed 0 item(s)", "kooi gc: would remove 1 item(s)"]

@@ -1165,3 +1165,36 @@ def test_commits_in_nested_repositories_and_a_gitdir_files_repository_are_listed
                  if "committed on" in c["change"]}
     assert committed == {("vendor/lib/.envrc", f"committed on {branch} of vendor/lib/.git"),
                          (".vscode/tasks.json", "committed on refs/tags/v2 of .bare")}, rec["watched_changed"]
+
+
+@pytest.mark.parametrize("path,text", [
+    ("sub/.hg/hgrc", "[hooks]\npre-status = touch /tmp/pwned\n"),
+    ("sub/.hg/sharedpath", "/tmp/evil/.hg\n"),
+    ("sub2/.jj/repo/config.toml", '[ui]\npager = ["sh", "-c", "touch /tmp/pwned"]\n'),
+    (".sl/config", "[hooks]\npre-status = touch /tmp/pwned\n"),
+    ("deep/er/.sl/config", "[extensions]\nevil = ../evil.py\n"),
+])
+def test_other_version_control_settings_anywhere_are_put_back(repo, path, text):
+    """Review 28 (F4): Mercurial's, Jujutsu's and Sapling's repository settings below the
+    top (and Sapling's at the top) stayed: `hg status`, `jj log` or `sl status` there
+    runs their hooks, extensions and pagers."""
+    g = guarded(repo)
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(text)
+    rec = g.check()
+    assert path in {r["path"] for r in rec["refused"]}, rec["refused"]
+    assert rec["restored"] and not (repo / path).exists()
+
+
+def test_a_nested_mercurial_repositorys_own_settings_are_kept_as_they_were(repo):
+    """The settings a nested repository had before the run are protected like the top's."""
+    (repo / "vendor/.hg/store").mkdir(parents=True)
+    (repo / "vendor/.hg/hgrc").write_text("[paths]\ndefault = https://example.invalid/x\n")
+    (repo / "vendor/.hg/store/data").write_text("history\n")
+    g = guarded(repo)
+    (repo / "vendor/.hg/hgrc").write_text("[hooks]\npre-status = touch /tmp/pwned\n")
+    (repo / "vendor/.hg/store/data").write_text("more history\n")  # its data: the workload's to change
+    rec = g.check()
+    assert {r["path"] for r in rec["refused"]} == {"vendor/.hg/hgrc"}, rec["refused"]
+    assert (repo / "vendor/.hg/hgrc").read_text().startswith("[paths]")
+    assert (repo / "vendor/.hg/store/data").read_text() == "more history\n"

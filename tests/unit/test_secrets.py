@@ -644,8 +644,8 @@ def test_a_release_that_failed_is_settled_by_the_next_run_and_gc_not_by_the_ttl(
     control = injector(again)
     try:
         said = releases.settle(runs, cfg)
-        assert said == ["released the placeholders of run run-ended, whose own release had failed (it forwarded "
-                        "0 request(s), refused 0)"], said
+        assert said == ["placeholders of run run-ended (its own release had failed; it forwarded 0 request(s), "
+                        "refused 0)"], said
         assert again.lookup(token) is None and not ended.path.exists()
         assert again.lookup(other) is not None and live.path.exists()  # a live run's stay
         assert releases.release(runs, cfg, "run-live")["run"] == "run-live"
@@ -708,3 +708,71 @@ def test_a_requests_head_is_bounded_and_a_bodys_decoded_size_is_charged(proxy, m
     status, data, _ = _post(port, "/v1/messages", h, json.dumps({"model": "m", "a": text + "\U0001F600"}).encode())
     assert status == 429, (status, data)  # the same character as a \\ud83d\\ude00 escape
     reg.release("run-wide")
+
+
+# --- review 28: bytes charged as they arrive, a run's own share, a bounded access log ------
+
+
+def test_runs_holding_the_shared_body_memory_leave_each_run_its_own(proxy, monkeypatch):
+    """Review 28 (F1): three runs declared 32 MiB bodies and sent one byte: the declared
+    lengths were charged (and allocated) before a byte arrived, took the injector's whole
+    budget, and a fourth run's 27-byte request waited a minute for a 503. Bytes are
+    charged as they arrive, and each run's first RUN_RESERVED_BYTES are its own: runs
+    that fill the shared memory with real bytes leave another run's request alone."""
+    monkeypatch.setattr(injectproxy, "RUN_BODY_BYTES", 4 << 20)
+    monkeypatch.setattr(injectproxy, "BODY_BYTES", 4 << 20)
+    monkeypatch.setattr(injectproxy, "RUN_RESERVED_BYTES", 1 << 20, raising=False)
+    monkeypatch.setattr(injectproxy, "BODY_DEADLINE", 4.0)
+    _srv, reg = proxy
+    srv = _server(proxy)
+    port = srv.server_address[1]
+    hogs = [reg.add(f"run-hold-{i}", "wf", ["api"], ttl=60)["api"] for i in range(3)]
+    ok = reg.add("run-small", "wf", ["api"], ttl=60)["api"]
+    held = []
+    try:
+        for i, tok in enumerate(hogs):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sent = 1 if i == 0 else (3 << 20)  # one trickles, two send 3 MiB and stop
+            s.sendall(f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {tok}\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {4 << 20}\r\n\r\n".encode() + b" " * sent)
+            held.append(s)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        status, data, _ = _post(port, "/v1/messages", {"x-api-key": ok, "Content-Type": "application/json"},
+                                b'{"model": "m", "messages": []}')
+        assert status == 200 and time.monotonic() - t0 < 2, (status, data, time.monotonic() - t0)
+        assert srv.body_bytes < (7 << 20), srv.body_bytes  # what arrived, not what was declared
+    finally:
+        for s in held:
+            s.close()
+        for r in [*(f"run-hold-{i}" for i in range(3)), "run-small"]:
+            reg.release(r)
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_one_run_cannot_fill_the_access_log(proxy, monkeypatch, tmp_path):
+    """Review 28 (F3): one run's refused requests wrote about 1 MB a second into the
+    injector's access log (rotated daily). Past LOG_PER_RUN entries a run's requests are
+    counted in its record, not logged; requests of no live run are logged at a bounded
+    rate."""
+    monkeypatch.setattr(injectproxy, "LOG_PER_RUN", 5, raising=False)
+    monkeypatch.setattr(injectproxy, "LOG_UNKNOWN_BURST", 3, raising=False)
+    _srv, reg = proxy
+    srv = _server(proxy)
+    srv.log_file = open(tmp_path / "access.log", "a", buffering=1)
+    port = srv.server_address[1]
+    tok = reg.add("run-loud", "wf", ["api"], ttl=60)["api"]
+    try:
+        for _ in range(12):
+            assert _post(port, "/v1/nope", {"x-api-key": tok})[0] == 403
+            assert _post(port, "/v1/messages", {"x-api-key": "kooi-placeholder-unknown"})[0] == 401
+        lines = [json.loads(x) for x in (tmp_path / "access.log").read_text().splitlines()]
+        loud = [e for e in lines if e["run"] == "run-loud"]
+        assert len(loud) == 5 and "not logged" in loud[-1]["note"], lines
+        assert 3 <= len([e for e in lines if e["run"] == "-"]) <= 4, lines
+        assert reg.release("run-loud")["not_logged"] == 7
+    finally:
+        srv.log_file.close()
+        srv.shutdown()
+        srv.server_close()

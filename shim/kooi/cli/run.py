@@ -54,14 +54,14 @@ def gc_command(args: argparse.Namespace) -> int:
         return fail("kooi gc", exc, EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 - engine unreachable and the like
         return fail("kooi gc", f"{exc.__class__.__name__}: {exc}", EXIT_FAIL)
-    from ..neutral import neutral
+    from ..neutral import one_line
     from ..run.deadrun import DEAD
     from ..run.leftovers import WARNING
 
     verb = "would remove" if args.dry_run else "removed"
     # Names and messages come from what runs made (a workload named its network with
     # terminal escapes): shown, never obeyed, in root's terminal.
-    for r in map(neutral, removed):
+    for r in map(one_line, removed):
         if r.startswith(WARNING):
             print(f"kooi gc: {r}", file=sys.stderr)
         elif r.startswith(DEAD):

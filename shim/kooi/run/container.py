@@ -566,6 +566,8 @@ class ContainerBackend:
         self.registered = False
         if res.secrets is not None:
             res.secrets["forwarded"] = rec.get("forwarded", 0)
+            if rec.get("not_logged"):
+                res.secrets["not_logged"] = rec["not_logged"]
             res.secrets["refused"] = rec.get("refused", [])
             res.secrets["requests"] = rec.get("requests", [])
         for r in rec.get("refused", []):

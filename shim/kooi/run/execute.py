@@ -186,7 +186,7 @@ def execute(name: str, project: Path, json_path: Path | None = None, wait: float
         res.log = str(log.path)
         if sc is not None and sc.injected:
             for line in releases.settle(run_dir, sc):  # ended runs' placeholders still live
-                log.note(f"secrets: {line}")
+                log.note(f"secrets: {'released the ' if line.startswith('placeholders') else ''}{line}")
         lock = RunLock(run_dir, wf.name, project)
         lock.acquire(wait)
         # What a run whose kooi run died left in this project is checked first, never

@@ -79,8 +79,7 @@ def _settle(run_dir: Path, dry_run: bool) -> list[str]:
     if sc is None or not sc.injected:
         return []
     if dry_run:
-        owed = [p.name for p in (run_dir / releases.SUBDIR).glob("*")] if (run_dir / releases.SUBDIR).is_dir() else []
-        return [f"would release the placeholders of run {n} if its process is gone" for n in sorted(owed)]
+        return [f"placeholders of run {n} (released if its process is gone)" for n in releases.owed(run_dir)]
     return releases.settle(run_dir, sc)
 
 

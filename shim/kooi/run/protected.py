@@ -146,9 +146,12 @@ PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.
              ".cargo/config.toml", ".cargo/config", ".yarnrc.yml", ".yarnrc", ".npmrc", ".pnpmfile.cjs",
              # a toolchain at a path of the workload's: rustup's `path`, mise's `path:` versions
              "rust-toolchain", "rust-toolchain.toml", ".tool-versions",
-             # Mercurial's and Jujutsu's repository settings: extensions (Python code),
-             # hooks, pagers and diff tools that `hg status` and `jj log` run (review 15)
-             ".hg/hgrc", ".jj/repo/config.toml", *AGENTS)
+             # Mercurial's, Jujutsu's and Sapling's repository settings: extensions
+             # (Python code), hooks, pagers and diff tools that `hg status`, `jj log` and
+             # `sl status` run (review 15), and a shared repository's path, whose settings
+             # they read instead (review 28); below the top: VCS_SETTINGS
+             ".hg/hgrc", ".hg/hgrc-not-shared", ".hg/sharedpath", ".jj/repo/config.toml", ".sl/config",
+             ".sl/sharedpath", *AGENTS)
 # mise's environment variants (mise.ENV.toml) and editor workspaces.
 PROTECTED_GLOBS = ("*.code-workspace", ".mise.*.toml", "mise.*.toml")
 # In a git directory (`.git`, a `gitdir:` target in the project, each submodule's
@@ -176,6 +179,9 @@ DEEP = frozenset({".envrc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs",
                   ".vscode", ".idea",
                   # a toolchain at a path of the workload's: rustup's `path`, mise's `path:`
                   "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS})
+# The other VCS settings above in repositories below the top, like DEEP (review 28; not their data).
+VCS_SETTINGS = {".hg": ("hgrc", "hgrc-not-shared", "sharedpath"), ".jj": ("repo/config.toml",),
+                ".sl": ("config", "sharedpath")}
 # The paths of a git directory a workflow may leave to the workload for real.
 SHADOWED = (".git/hooks", ".git/config", ".git/info")
 # What a workflow may unprotect (unprotected_paths; the schema's enum).
@@ -564,6 +570,8 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
             if rel and not in_modules and e.name in DEEP:
                 deep.append(child)
                 continue
+            if rel and not in_modules and is_dir and e.name in VCS_SETTINGS:
+                deep += [f"{child}/{s}" for s in VCS_SETTINGS[e.name] if os.path.lexists(root / child / s)]
             if watched is not None and rel and not in_modules and e.name in WATCHED_DEEP:
                 watched.append(child)
             link = e.is_symlink()

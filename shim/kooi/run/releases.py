@@ -61,20 +61,25 @@ def release(run_dir: Path, sc: Any, run_id: str) -> dict[str, Any] | None:
     return rec
 
 
-def settle(run_dir: Path, sc: Any) -> list[str]:
-    """Release every run whose release is owed and whose process is gone; one line for
-    each run whose placeholders were still live, and a warning where the injector does
-    not answer (tried again next time)."""
-    from .. import inject
+def owed(run_dir: Path) -> list[str]:
+    """The runs whose release may be owed (their process may still be live)."""
     from ..injectcontrol import RUN_RE
 
-    d = run_dir / SUBDIR
     try:
-        names = sorted(e.name for e in os.scandir(d) if RUN_RE.match(e.name))
+        return sorted(e.name for e in os.scandir(run_dir / SUBDIR) if RUN_RE.match(e.name))
     except OSError:
         return []
+
+
+def settle(run_dir: Path, sc: Any) -> list[str]:
+    """Release every run whose release is owed and whose process is gone; one item for
+    each run whose placeholders were still live ("placeholders of run ..."), and a
+    warning where the injector does not answer (tried again next time)."""
+    from .. import inject
+
+    d = run_dir / SUBDIR
     out: list[str] = []
-    for name in names:
+    for name in owed(run_dir):
         try:
             fd = os.open(d / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:
@@ -93,6 +98,6 @@ def settle(run_dir: Path, sc: Any) -> list[str]:
         finally:
             os.close(fd)
         if rec:
-            out.append(f"released the placeholders of run {name}, whose own release had failed (it forwarded "
+            out.append(f"placeholders of run {name} (its own release had failed; it forwarded "
                        f"{rec.get('forwarded', 0)} request(s), refused {len(rec.get('refused') or [])})")
     return out
