@@ -378,6 +378,9 @@ def test_a_flood_after_the_run_is_replaced_by_the_snapshot(repo, monkeypatch):
     ("mise.dev.toml", '[tasks.x]\nrun = "id"\n'),
     (".mise.ci.toml", '[env]\n_.source = "./evil.sh"\n'),
     ("mise/config.toml", '[hooks]\nenter = "id"\n'),
+    (".run/build.run.xml", '<component name="ProjectRunConfigurationManager"/>\n'),
+    (".fleet/run.json", '{"configurations": [{"type": "command", "program": "id"}]}\n'),
+    ("module/.run/x.run.xml", "<component/>\n"),
 ])
 def test_what_tools_run_on_the_host_is_put_back(repo, path, text):
     """Issue 29, finding 3 and the hostile review: names that tools run on the host when
@@ -386,7 +389,8 @@ def test_what_tools_run_on_the_host_is_put_back(repo, path, text):
     (repo / path).parent.mkdir(parents=True, exist_ok=True)
     (repo / path).write_text(text)
     rec = g.check()
-    assert path in {r["path"] for r in rec["refused"]}, rec["refused"]
+    # below the top, a new directory of the name is listed itself
+    assert any(path == r["path"] or path.startswith(r["path"] + "/") for r in rec["refused"]), rec["refused"]
     assert rec["restored"] and not (repo / path).exists()
 
 

@@ -134,12 +134,12 @@ def py_top_names(root: Path) -> list[str]:
     return sorted(out)
 
 
-# Paths that execute on the host later: on `cd` (direnv, mise), in the editor (VS Code
-# tasks, settings, launch configurations, workspaces), when a dev container is built,
+# Paths that execute on the host later: on `cd` (direnv, mise), in the editor (VS Code's and
+# JetBrains' tasks, settings, run configurations, workspaces), when a dev container is built,
 # when an agent runs there (Claude Code's hooks and MCP servers), and `.git` (below).
 PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.local.toml", "mise.local.toml",
              ".mise", "mise", ".config/mise.toml", ".config/mise", ".vscode", ".idea", ".devcontainer",
-             ".devcontainer.json", ".claude", ".mcp.json",
+             ".devcontainer.json", ".claude", ".mcp.json", ".run", ".fleet",
              # what package managers run when someone builds on the host: cargo's
              # rustc-wrapper and aliases, yarn's yarnPath, npm's node-options and
              # script-shell, pnpm's hooks file
@@ -176,7 +176,7 @@ def is_git_data(name: str) -> bool:
 DEEP = frozenset({".envrc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".cargo", ".mise.toml", "mise.toml",
                   ".mise", ".claude", ".mcp.json", ".devcontainer", ".devcontainer.json", ".gitmodules",
                   # an editor opened on a module's directory
-                  ".vscode", ".idea",
+                  ".vscode", ".idea", ".run", ".fleet",
                   # a toolchain at a path of the workload's: rustup's `path`, mise's `path:`
                   "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS})
 # The other VCS settings above in repositories below the top, like DEEP (review 28; not their data).
