@@ -322,7 +322,9 @@ def render(st: Status, as_json: bool) -> str:
     if st.pid:
         parts.append(f"pid: {st.pid}")
     if st.version:
-        parts.append(f"version: {st.version}, storage driver: {st.storage_driver}")
+        from .neutral import one_line  # the engine's answer: one line, whatever it holds (review 29)
+
+        parts.append(one_line(f"version: {st.version}, storage driver: {st.storage_driver}"))
     if st.detail and not st.running:
         parts.append(f"detail: {st.detail}")
     for d in st.drift:

@@ -159,6 +159,7 @@ def serve(cfg: SecretsConfig, workflow_dir: Path | None = None) -> int:
     kept = registry.load()
     try:
         proxy.log_file = open(inj.access_log, "a", buffering=1)
+        proxy.log_path = inj.access_log
     except OSError as exc:
         raise InjectError(f"cannot open the access log {inj.access_log} as {inj.user} ({exc.strerror}): its "
                           f"directory must belong to {inj.user} and every parent be open to it (re-run "

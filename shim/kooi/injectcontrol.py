@@ -49,6 +49,8 @@ class RunRecord:
     body_bytes: int = 0  # memory its request bodies hold now (injectproxy.ProxyServer.take_bytes)
     logged: int = 0  # its entries in the access log (injectproxy.ProxyServer.write_log)
     not_logged: int = 0  # its requests past LOG_PER_RUN
+    released: bool = False
+    conns: set[Any] = field(default_factory=set)  # the connections of its requests in flight
 
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run, "workflow": self.workflow, "secrets": sorted(self.tokens),
@@ -122,11 +124,32 @@ class Registry:
             self._save()
 
     def _drop(self, run: str) -> RunRecord | None:
+        """Under the lock: RUN gone, and its requests in flight ended (review 29: one
+        released while its body came in kept its memory, then went upstream with the
+        real key, in no record)."""
         rec = self.runs.pop(run, None)
         if rec:
+            rec.released = True
             for tok in rec.tokens.values():
                 self.tokens.pop(tok, None)
+            for conn in rec.conns:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
         return rec
+
+    def enter(self, rec: RunRecord, conn: Any) -> bool:
+        """A request of REC's run on CONN begins (False: the run is released)."""
+        with self.lock:
+            if rec.released:
+                return False
+            rec.conns.add(conn)
+            return True
+
+    def leave(self, rec: RunRecord, conn: Any) -> None:
+        with self.lock:
+            rec.conns.discard(conn)
 
     def add(self, run: str, workflow: str, names: list[str], ttl: float,
             keys: dict[str, str] | None = None) -> dict[str, str]:

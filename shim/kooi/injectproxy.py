@@ -10,6 +10,7 @@ import http.client
 import http.server
 import io
 import json
+import os
 import re
 import ssl
 import threading
@@ -39,9 +40,12 @@ BODY_DEADLINE = 60.0
 # RUN_BODY_BYTES come from BODY_BYTES that all runs share: past a run's share its request
 # is refused (429); past the shared, a request waits for a body to go, up to
 # BODY_DEADLINE, then 503. In all at most MAX_RUNS x RUN_RESERVED_BYTES + BODY_BYTES
-# (2 GiB; the unit's MemoryMax is 3G).
-RUN_BODY_BYTES = 512 << 20
-RUN_RESERVED_BYTES = 16 << 20
+# (3 GiB; the unit's MemoryMax is 4G). A run's own share covers a realistic request
+# (review 29: 16 MiB was a 1.5 MiB body with one emoji, its text then 4 bytes a
+# character); four runs, not three, fill the shared. A released run's requests in
+# flight end with it (injectcontrol.Registry._drop).
+RUN_BODY_BYTES = 256 << 20
+RUN_RESERVED_BYTES = 32 << 20
 BODY_BYTES = 1024 << 20
 PARSE_COST = 160
 # The access log (review 28: one run's refused requests wrote about 1 MB a second): a
@@ -50,6 +54,9 @@ PARSE_COST = 160
 LOG_PER_RUN = 2000
 LOG_UNKNOWN_RATE = 2.0
 LOG_UNKNOWN_BURST = 200
+# Past LOG_MAX_BYTES the log moves to access.log.prev and a new one begins (review 29: a
+# runner registering run after run wrote 1.4 MiB a second; logrotate runs daily).
+LOG_MAX_BYTES = 64 << 20
 # A request's head (its line, then its headers) is read within these bounds before
 # anything else (review 27: 96 headers of 64 KiB on each of 256 connections, no
 # placeholder needed, took the injector to 6 GB; with 1024, the OOM killer took it).
@@ -261,6 +268,16 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                          None, "-")
             return
         rec, name = hit
+        if not reg.enter(rec, self.connection):
+            self.close_connection = True
+            self._refuse(401, "authentication_error", "the placeholder's run was released", None, "-")
+            return
+        try:
+            self._handle_run(rec, name)
+        finally:
+            reg.leave(rec, self.connection)
+
+    def _handle_run(self, rec: RunRecord, name: str) -> None:
         sdef = self.server.cfg.secrets.get(name)
         if sdef is None or rec.keys.get(name, name) not in self.server.values:
             # A run kept from before a restart whose secret the host no longer holds.
@@ -326,6 +343,10 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 self._refuse(429, "rate_limit_error", busy, rec, name)
                 return
             try:
+                if rec.released:  # while its body came in (review 29): never forwarded after
+                    self.close_connection = True
+                    self._refuse(401, "authentication_error", "the placeholder's run was released", rec, name)
+                    return
                 self._forward(rec, name, sdef, body)
             finally:
                 self.server.give_slot(rec)
@@ -460,6 +481,7 @@ class ProxyServer(http.server.ThreadingHTTPServer):
         self.connections = 0
         self.log_lock = threading.Lock()
         self.log_file: Any = None
+        self.log_path = ""  # where log_file is: it moves past LOG_MAX_BYTES
         super().__init__(addr, ProxyHandler)
 
     # slots -------------------------------------------------------------------------
@@ -481,6 +503,8 @@ class ProxyServer(http.server.ThreadingHTTPServer):
         waiting for the shared up to DEADLINE: None, or (status, why not)."""
         deadline = time.monotonic() + BODY_DEADLINE if deadline is None else deadline
         with self.slot_lock:
+            if rec.released:
+                return 401, "the placeholder's run was released"
             if rec.body_bytes + n > RUN_BODY_BYTES:
                 return 429, (f"this run's request bodies would hold more than {RUN_BODY_BYTES >> 20} MiB of the "
                              "injector's memory at once")
@@ -560,6 +584,13 @@ class ProxyServer(http.server.ThreadingHTTPServer):
                 self.unknown_tokens -= 1
             self.log_file.write(json.dumps(entry) + "\n")
             self.log_file.flush()
+            if self.log_path and self.log_file.tell() > LOG_MAX_BYTES:
+                try:
+                    os.replace(self.log_path, self.log_path + ".prev")
+                    self.log_file.close()
+                    self.log_file = open(self.log_path, "a", buffering=1)
+                except OSError:
+                    pass  # kept writing where it was
 
 
 def _beyond(held: int) -> int:

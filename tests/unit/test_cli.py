@@ -231,3 +231,33 @@ def test_gc_prints_each_item_on_one_line(monkeypatch, capsys):
     assert cli.main(["gc", "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == ["would remove placeholders of run x\\nkooi gc: removed 0 item(s)", "kooi gc: would remove 1 item(s)"]
+
+
+def test_root_lists_print_each_field_on_one_line(capsys):
+    """Review 29 (F6): a newline in a session container's project label (the runner's
+    engine answers it) printed a forged row in root's `kooi session list --all`; the
+    engine's version string could do the same in `kooi engine status`."""
+    import argparse
+
+    from kooi import engine
+    from kooi.cli import session as session_cli
+
+    class Found:
+        person, workflow, running, supervised, started, run_id = "alice", "agent", True, True, "t", "r1"
+        project = "/home/p\n\nroot    deploy    running    /srv/prod"
+
+    class Sessions:
+        @staticmethod
+        def find(cfg, who, everyone):
+            return [Found()]
+
+        @staticmethod
+        def homes(cfg, who, everyone):
+            return [{"workflow": "agent\nkooi: forged", "person": "alice"}]
+
+    session_cli._list(Sessions, None, None, argparse.Namespace(all=True, json=False))
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and "/home/p\\n\\nroot" in out[1] and out[2].endswith("agent\\nkooi: forged of alice"), out
+    st = engine.Status(mode="rootless", manager="systemd", running=True, socket="/s", pid=1, version="29\nPASS forged",
+                       storage_driver="overlay2")
+    assert not any(line.startswith("PASS") for line in engine.render(st, False).splitlines())

@@ -1202,3 +1202,19 @@ def test_a_nested_mercurial_repositorys_own_settings_are_kept_as_they_were(repo)
     assert {r["path"] for r in rec["refused"]} == {"vendor/.hg/hgrc"}, rec["refused"]
     assert (repo / "vendor/.hg/hgrc").read_text().startswith("[paths]")
     assert (repo / "vendor/.hg/store/data").read_text() == "more history\n"
+
+
+@pytest.mark.parametrize("link,target", [("sub/.hg", "evilhg"), ("sub/.sl", "evilsl"), ("sub/.jj/repo", "../../jjrepo")])
+def test_another_vcs_directory_as_a_link_is_removed(repo, link, target):
+    """Review 29 (F5): `sub/.hg`, a link to a directory of the workload's elsewhere in the
+    project with an hgrc of its own, stayed: `hg status` in sub/ follows it."""
+    g = guarded(repo)
+    where = (repo / link).parent / target
+    where.mkdir(parents=True)
+    (where / "hgrc").write_text("[hooks]\npre-status = touch /tmp/pwned\n")
+    (where / "config.toml").write_text('[ui]\npager = ["sh", "-c", "touch /tmp/pwned"]\n')
+    (repo / link).parent.mkdir(parents=True, exist_ok=True)
+    (repo / link).symlink_to(target)
+    rec = g.check()
+    assert any(link == r["path"] or link.startswith(r["path"] + "/") for r in rec["refused"]), rec["refused"]
+    assert not os.path.lexists(repo / link)

@@ -776,3 +776,59 @@ def test_one_run_cannot_fill_the_access_log(proxy, monkeypatch, tmp_path):
         srv.log_file.close()
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_release_ends_the_runs_requests_in_flight(proxy):
+    """Review 29 (F1, F3): a request whose run was released while its body came in kept
+    its memory (a runner cycling register, 16 MiB, release took the injector past 4
+    GiB with no live run) and was forwarded with the real key after the release, in no
+    record. A release now ends the run's requests in flight and gives their memory back."""
+    srv, reg = proxy
+    port = srv.server_address[1]
+    tok = reg.add("run-cut", "wf", ["api"], ttl=60)["api"]
+    body = b'{"model": "m", "messages": []}'.ljust(8 << 20)
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {tok}\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:4 << 20])
+    end = time.monotonic() + 5
+    while srv.body_bytes < (4 << 20) and time.monotonic() < end:
+        time.sleep(0.01)
+    assert srv.body_bytes >= (4 << 20), srv.body_bytes
+    assert reg.release("run-cut")["forwarded"] == 0
+    end = time.monotonic() + 3
+    while srv.body_bytes and time.monotonic() < end:
+        time.sleep(0.01)
+    assert srv.body_bytes == 0 and srv.shared_bytes == 0, (srv.body_bytes, srv.shared_bytes)  # given back at once
+    s.settimeout(5)
+    try:
+        s.sendall(body[4 << 20:])
+        answer = s.recv(65536)
+    except OSError:
+        answer = b""
+    assert not answer.startswith(b"HTTP/1.1 200"), answer[:200]  # never forwarded after the release
+    s.close()
+
+
+def test_the_access_log_is_bounded_in_size(proxy, monkeypatch, tmp_path):
+    """Review 29 (F4): registering run after run, each with its 2000 entries, the runner
+    wrote 1.4 MiB a second into the access log. Past LOG_MAX_BYTES the injector moves
+    it to access.log.prev and starts a new one: two files at most."""
+    monkeypatch.setattr(injectproxy, "LOG_MAX_BYTES", 4000, raising=False)
+    _srv, reg = proxy
+    srv = _server(proxy)
+    log = tmp_path / "access.log"
+    srv.log_path = str(log)
+    srv.log_file = open(log, "a", buffering=1)
+    port = srv.server_address[1]
+    try:
+        for i in range(6):
+            tok = reg.add(f"run-fill-{i}", "wf", ["api"], ttl=60)["api"]
+            for _ in range(5):
+                assert _post(port, "/v1/" + "A" * 300, {"x-api-key": tok})[0] == 403
+            reg.release(f"run-fill-{i}")
+        assert log.stat().st_size <= 4000 + 1000 and (tmp_path / "access.log.prev").stat().st_size <= 5000
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["access.log", "access.log.prev"]
+    finally:
+        srv.log_file.close()
+        srv.shutdown()
+        srv.server_close()

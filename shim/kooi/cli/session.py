@@ -142,14 +142,17 @@ def _list(sessions: Any, cfg: Any, who: Any, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"sessions": [s.as_dict() for s in found], "homes": homes}, indent=2))
         return EXIT_OK
-    from ..neutral import neutral
+    from ..neutral import one_line
 
-    rows = [("PERSON", "WORKFLOW", "STATE", "STARTED", "PROJECT", "RUN")]
-    rows += [(s.person, s.workflow, ("running" if s.running else "ended") + ("" if s.supervised else " (unsupervised)"),
-              s.started, s.project, s.run_id) for s in found]
+    # Labels the runner's engine answers: each field one line (review 29: a newline in a
+    # project label printed a row of its own in root's list).
+    rows: list[tuple[str, ...]] = [("PERSON", "WORKFLOW", "STATE", "STARTED", "PROJECT", "RUN")]
+    rows += [tuple(map(one_line, (s.person, s.workflow, ("running" if s.running else "ended")
+                                  + ("" if s.supervised else " (unsupervised)"), s.started, s.project, s.run_id)))
+             for s in found]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
-        print(neutral("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()))
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     if homes:
-        print("kept homes: " + ", ".join(neutral(f"{h['workflow']} of {h['person']}") for h in homes))
+        print("kept homes: " + ", ".join(one_line(f"{h['workflow']} of {h['person']}") for h in homes))
     return EXIT_OK

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from .links import leads_out
+from .vcsconf import VCS_SETTINGS, vcs_setting
 
 # Other agents' and editors' project settings: the MCP servers, hooks, plugins, tasks
 # and language servers they start on the host when opened here, vim's exrc, sdkman's
@@ -179,9 +180,6 @@ DEEP = frozenset({".envrc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs",
                   ".vscode", ".idea", ".run", ".fleet",
                   # a toolchain at a path of the workload's: rustup's `path`, mise's `path:`
                   "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS})
-# The other VCS settings above in repositories below the top, like DEEP (review 28; not their data).
-VCS_SETTINGS = {".hg": ("hgrc", "hgrc-not-shared", "sharedpath"), ".jj": ("repo/config.toml",),
-                ".sl": ("config", "sharedpath")}
 # The paths of a git directory a workflow may leave to the workload for real.
 SHADOWED = (".git/hooks", ".git/config", ".git/info")
 # What a workflow may unprotect (unprotected_paths; the schema's enum).
@@ -570,8 +568,9 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
             if rel and not in_modules and e.name in DEEP:
                 deep.append(child)
                 continue
-            if rel and not in_modules and is_dir and e.name in VCS_SETTINGS:
-                deep += [f"{child}/{s}" for s in VCS_SETTINGS[e.name] if os.path.lexists(root / child / s)]
+            if rel and not in_modules and e.name in VCS_SETTINGS:  # a link or file: itself (review 29)
+                deep += [f"{child}/{s}" for s in VCS_SETTINGS[e.name] if vcs_setting(root / child / s)] \
+                    if is_dir else [child]
             if watched is not None and rel and not in_modules and e.name in WATCHED_DEEP:
                 watched.append(child)
             link = e.is_symlink()
