@@ -26,6 +26,7 @@ from .drift import drift
 from .engineapi import EngineError as EngineError  # re-exported: the engine commands raise it
 from .hoststate import paths
 from .hoststate.engine import EngineConfig
+from .neutral import one_line
 
 STATE_DIR = Path(os.environ.get("KOOI_STATE_DIR", paths.ENGINE_STATE_DIR))
 START_TIMEOUT = 90.0
@@ -322,8 +323,7 @@ def render(st: Status, as_json: bool) -> str:
     if st.pid:
         parts.append(f"pid: {st.pid}")
     if st.version:
-        from .neutral import one_line  # the engine's answer: one line, whatever it holds (review 29)
-
+        # the engine's answer: one line, whatever it holds (review 29)
         parts.append(one_line(f"version: {st.version}, storage driver: {st.storage_driver}"))
     if st.detail and not st.running:
         parts.append(f"detail: {st.detail}")

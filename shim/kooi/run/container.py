@@ -30,7 +30,6 @@ from .brokered import ENGINE_HOST, BrokeredEngine
 from .context import RunContext
 from .errors import EXIT_ERROR, Result, refused, unavailable
 from .project import SUBGID, grant_search, grant_workspace, host_uid_of, share_with_group, subid_start
-from .releases import Owed
 from .spec import WORKSPACE, bind, env_of, set_env
 
 MAVEN_SETTINGS = "/run/kooi/maven-settings.xml"
@@ -121,7 +120,7 @@ class ContainerBackend:
         self.pump: threading.Thread | None = None
         self.proxy_host: str | None = None
         self.registered = False
-        self.owed: Owed | None = None  # the run's release, until the injector has released it
+        self.owed: releases.Owed | None = None  # the run's release, until the injector has released it
         self.plan: run_limits.Plan | None = None
         self.tail = ""  # the end of the workload's output (the init's limit report)
         self.token = ""  # the init's secret: only its limit report carries it
@@ -366,7 +365,7 @@ class ContainerBackend:
             raise unavailable(f"secrets {', '.join(injected)}: the injector is reached on the run's proxy path, "
                               "and this host has no egress control (kooi_egress_enabled); enable it and re-run "
                               "site.yml")
-        self.owed = Owed(ctx.run_dir, ctx.run_id)
+        self.owed = releases.Owed(ctx.run_dir, ctx.run_id)
         try:
             doc = inject.call(sc, {"op": "register", "run": ctx.run_id, "workflow": ctx.wf.name,
                                    "directory": str(ctx.wf.path.parent),
