@@ -78,7 +78,7 @@ def main() -> None:
     assert api.stdout is not None and api.stdout.readline().strip() == "ready"
     cfg = secrets_state.parse(json.dumps({"injector": {"port": 0}, "secrets": {"api": {
         "mode": "inject", "env": "ANTHROPIC_API_KEY", "upstream": f"https://localhost:{api_port}",
-        "ca_file": str(d / "ca.pem"), "paths": ["/v1/messages"]}}}))
+        "ca_file": str(d / "ca.pem"), "paths": ["/v1/messages"], "query": ["beta=true"]}}}))
     reg = injectcontrol.Registry()
     srv = injectproxy.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"sk-ant-bench"}, reg)
     threading.Thread(target=srv.serve_forever, daemon=True).start()

@@ -30,6 +30,9 @@ MAX_PER_RUN = 16
 # holds this many runs' whole share of connections (egress.RUN_CONNECTIONS each).
 MAX_RUNS = 64
 MAX_RECORDED = 200
+# How long a release waits for its run's requests in flight to end (their upstream
+# connections are shut down at once; this bounds a thread stuck elsewhere).
+RELEASE_WAIT = 5.0
 
 
 # --- the daemon's state ----------------------------------------------------------------
@@ -51,10 +54,19 @@ class RunRecord:
     not_logged: int = 0  # its requests past LOG_PER_RUN
     released: bool = False
     conns: set[Any] = field(default_factory=set)  # the connections of its requests in flight
+    upstreams: set[socket.socket] = field(default_factory=set)  # theirs upstream (begin_upstream)
 
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run, "workflow": self.workflow, "secrets": sorted(self.tokens),
-                "forwarded": self.forwarded, "refused": self.refused, "requests": self.requests,
+                "forwarded": self.forwarded, "refused": [dict(e) for e in self.refused],
+                "requests": [dict(e) for e in self.requests], "not_logged": self.not_logged}
+
+    def kept(self) -> dict[str, Any]:
+        """What a restarted injector needs to go on serving the run (review 30: the whole
+        record, rewritten at each registration, was 54 MB with 63 runs); its requests
+        before a restart are in the access log."""
+        return {"run": self.run, "workflow": self.workflow, "expires": self.expires, "tokens": self.tokens,
+                "keys": self.keys, "forwarded": self.forwarded, "logged": self.logged,
                 "not_logged": self.not_logged}
 
 
@@ -66,9 +78,14 @@ class Registry:
 
     def __init__(self, path: Path | None = None) -> None:
         self.lock = threading.Lock()
+        self.ended = threading.Condition(self.lock)  # a request's upstream connection ended
         self.runs: dict[str, RunRecord] = {}
         self.tokens: dict[str, tuple[str, str]] = {}  # placeholder -> (run, secret)
         self.path = path
+        # Saving happens outside the lock (review 30: 0.5 to 0.8 s stalls of every
+        # request): each change takes a generation; an older one never overwrites a newer.
+        self.save_lock = threading.Lock()
+        self.generation = self.saved = 0
 
     def load(self) -> int:
         """The runs PATH holds that are still live (how many); an unreadable file is
@@ -85,7 +102,7 @@ class Registry:
                     rec = RunRecord(str(r["run"]), str(r["workflow"]), float(r["expires"]),
                                     {str(k): str(v) for k, v in r["tokens"].items()},
                                     {str(k): str(v) for k, v in r["keys"].items()}, int(r["forwarded"]),
-                                    list(r["refused"]), list(r["requests"]), logged=int(r.get("logged", 0)),
+                                    logged=int(r.get("logged", 0)),
                                     not_logged=int(r.get("not_logged", 0)))
                     if rec.expires < now or not RUN_RE.match(rec.run) or len(self.runs) >= MAX_RUNS \
                             or not all(t.startswith(PLACEHOLDER_PREFIX) for t in rec.tokens.values()):
@@ -97,14 +114,23 @@ class Registry:
             return 0
         return len(self.runs)
 
-    def _save(self) -> None:
-        """Under the lock: the live runs to PATH (a new file, renamed over it)."""
-        if self.path is None:
+    def _changed(self) -> tuple[int, dict[str, Any]]:
+        """Under the lock: a new generation and what PATH is to hold (see save)."""
+        self.generation += 1
+        return self.generation, {"runs": [r.kept() for r in self.runs.values()]}
+
+    def save(self, change: tuple[int, dict[str, Any]] | None) -> None:
+        """Outside the lock: CHANGE (from _changed) to PATH unless a newer one is there."""
+        if change is None or self.path is None:
             return
-        doc = {"runs": [{"run": r.run, "workflow": r.workflow, "expires": r.expires, "tokens": r.tokens,
-                         "keys": r.keys, "forwarded": r.forwarded, "refused": r.refused, "requests": r.requests,
-                         "logged": r.logged, "not_logged": r.not_logged}
-                        for r in self.runs.values()]}
+        with self.save_lock:
+            if change[0] <= self.saved:
+                return
+            self._write(change[1])
+            self.saved = change[0]
+
+    def _write(self, doc: dict[str, Any]) -> None:
+        assert self.path is not None
         tmp = self.path.with_name(self.path.name + ".new")
         try:
             tmp.unlink(missing_ok=True)
@@ -115,13 +141,12 @@ class Registry:
         except OSError:
             pass  # kept in memory; a restart then forgets them (as before)
 
-    def _prune(self) -> None:
+    def _prune(self) -> tuple[int, dict[str, Any]] | None:
         now = time.time()
         gone = [r for r, rec in self.runs.items() if rec.expires < now]
         for run in gone:
             self._drop(run)
-        if gone:
-            self._save()
+        return self._changed() if gone else None
 
     def _drop(self, run: str) -> RunRecord | None:
         """Under the lock: RUN gone, and its requests in flight ended (review 29: one
@@ -132,7 +157,7 @@ class Registry:
             rec.released = True
             for tok in rec.tokens.values():
                 self.tokens.pop(tok, None)
-            for conn in rec.conns:
+            for conn in (*rec.conns, *rec.upstreams):
                 try:
                     conn.shutdown(socket.SHUT_RDWR)
                 except OSError:
@@ -151,6 +176,43 @@ class Registry:
         with self.lock:
             rec.conns.discard(conn)
 
+    # A forwarded request (review 30: the released check came before the upstream
+    # connection, so a release while it connected still sent the key, in no record):
+    # begin_upstream when connected (the release shuts the connection down from then),
+    # sending just before the key goes (recorded from then), end_upstream at the end.
+    def begin_upstream(self, rec: RunRecord, sock: socket.socket) -> socket.socket | None:
+        """A handle on SOCK (the upstream connection of a request of REC's run) that a
+        release shuts down; None: the run is released."""
+        with self.lock:
+            if rec.released:
+                return None
+            handle = socket.socket(fileno=os.dup(sock.fileno()))  # survives wrap_socket's detach
+            rec.upstreams.add(handle)
+            return handle
+
+    def sending(self, rec: RunRecord, method: str, path: str) -> dict[str, Any] | None:
+        """The request's entry in REC's record, as its key goes upstream; None: released."""
+        with self.lock:
+            if rec.released:
+                return None
+            entry: dict[str, Any] = {"time": round(time.time(), 3), "method": method, "path": path, "status": 0}
+            rec.forwarded += 1
+            if len(rec.requests) < MAX_RECORDED:
+                rec.requests.append(entry)
+            return entry
+
+    def answered(self, entry: dict[str, Any], status: int, ended: str = "") -> None:
+        with self.lock:
+            entry["status"] = status
+            if ended:
+                entry["ended"] = ended
+
+    def end_upstream(self, rec: RunRecord, handle: socket.socket) -> None:
+        with self.lock:
+            rec.upstreams.discard(handle)
+            handle.close()
+            self.ended.notify_all()
+
     def add(self, run: str, workflow: str, names: list[str], ttl: float,
             keys: dict[str, str] | None = None) -> dict[str, str]:
         """Placeholders for the secrets NAMES of RUN; KEYS: which value each gets (by
@@ -168,16 +230,18 @@ class Registry:
                 rec.tokens[n] = tok
                 self.tokens[tok] = (run, n)
             self.runs[run] = rec
-            self._save()
-            return dict(rec.tokens)
+            change = self._changed()
+            tokens = dict(rec.tokens)
+        self.save(change)
+        return tokens
 
     def lookup(self, token: str) -> tuple[RunRecord, str] | None:
         with self.lock:
-            self._prune()
+            change = self._prune()
             hit = self.tokens.get(token)
-            if hit is None:
-                return None
-            return self.runs[hit[0]], hit[1]
+            found = (self.runs[hit[0]], hit[1]) if hit else None
+        self.save(change)
+        return found
 
     def note(self, rec: RunRecord, entry: dict[str, Any], refused: bool) -> None:
         with self.lock:
@@ -190,10 +254,17 @@ class Registry:
                     rec.requests.append(entry)
 
     def release(self, run: str) -> dict[str, Any] | None:
+        """RUN's record, once its requests in flight have ended (up to RELEASE_WAIT: what
+        went upstream is in it, and nothing goes after)."""
         with self.lock:
             rec = self._drop(run)
-            self._save()
-            return rec.as_dict() if rec else None
+            deadline = time.monotonic() + RELEASE_WAIT
+            while rec is not None and rec.upstreams and (left := deadline - time.monotonic()) > 0:
+                self.ended.wait(left)
+            record = rec.as_dict() if rec else None
+            change = self._changed()
+        self.save(change)
+        return record
 
 
 # --- the control socket ---------------------------------------------------------------

@@ -11,7 +11,7 @@ import http.server
 import io
 import json
 import os
-import re
+import socket
 import ssl
 import threading
 import time
@@ -19,6 +19,7 @@ from typing import Any
 
 from .egress import RUN_CONNECTIONS
 from .hoststate.secrets import SecretDef, SecretsConfig
+from .injectbody import body_refusal, parse_cost
 from .injectcontrol import MAX_PER_RUN, MAX_RUNS, PLACEHOLDER_PREFIX, Registry, RunRecord
 
 MAX_BODY = 32 << 20  # the Messages API's own request limit
@@ -30,6 +31,8 @@ MAX_BODY = 32 << 20  # the Messages API's own request limit
 RESERVED_PER_RUN = 4
 SHARED_SLOTS = 256
 BODY_DEADLINE = 60.0
+# The upstream's TCP connection (its answer may then take up to 600 s).
+CONNECT_TIMEOUT = 30.0
 # Memory for request bodies, read and parsed, at once (review 25: 48 bodies of
 # `[{},{},...]` took the injector to 22 GB and the host's OOM killer took it): a body's
 # bytes are taken as they arrive (review 28: declared lengths, taken and allocated before
@@ -47,7 +50,6 @@ BODY_DEADLINE = 60.0
 RUN_BODY_BYTES = 256 << 20
 RUN_RESERVED_BYTES = 32 << 20
 BODY_BYTES = 1024 << 20
-PARSE_COST = 160
 # The access log (review 28: one run's refused requests wrote about 1 MB a second): a
 # run's first LOG_PER_RUN entries, then a count in its record (`not_logged`); requests
 # of no live run at LOG_UNKNOWN_RATE a second with bursts of LOG_UNKNOWN_BURST.
@@ -61,7 +63,6 @@ LOG_MAX_BYTES = 64 << 20
 # anything else (review 27: 96 headers of 64 KiB on each of 256 connections, no
 # placeholder needed, took the injector to 6 GB; with 1024, the OOM killer took it).
 MAX_HEAD_BYTES = 16 << 10
-SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB]")
 MAX_HEAD_LINES = 64
 # Connections open at once (each a thread and a descriptor): every registered run's
 # whole share (the egress rules and jailfwd let a run hold RUN_CONNECTIONS to the proxy
@@ -69,9 +70,6 @@ MAX_HEAD_LINES = 64
 # is answered 503 and closed. inject.serve raises the descriptor limit to match.
 MAX_CONNECTIONS = RUN_CONNECTIONS * MAX_RUNS + 64
 THREAD_STACK = 512 << 10
-# Anthropic-defined tools the client runs (the API only describes them to the model);
-# every other typed tool runs on the API's side, reaching hosts the request names.
-CLIENT_TOOL_TYPES = ("custom", "bash_", "text_editor_", "computer_", "memory_")
 # Hop-by-hop headers (RFC 9110 7.6.1) and every header that may carry a credential or
 # route the request: never forwarded as the client sent them.
 DROP_REQUEST = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
@@ -92,99 +90,8 @@ def tls_context(s: SecretDef) -> ssl.SSLContext:
 # --- the reverse proxy ----------------------------------------------------------------
 
 
-class _Duplicate(ValueError):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in seen:
-            raise _Duplicate(k)
-        seen[k] = v
-    return seen
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def body_refusal(sdef: SecretDef, body: bytes | bytearray) -> tuple[int, str] | None:
-    """Why the route SDEF does not forward BODY (status, message), or None. With body
-    anthropic-messages: a JSON object (no key twice anywhere: the API's parser and
-    this one must not see different requests) without the MCP connector
-    (mcp_servers), without server-side tools (web fetch and search, code
-    execution, any typed tool but the client's own) and without content the API
-    fetches from a URL (image and document blocks with a url source), unless
-    server_tools names them (mcp, a tool's type, url_sources)."""
-    if sdef.body != "anthropic-messages":
-        return None
-    try:
-        doc = json.loads(body.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except _Duplicate as exc:
-        return 400, f"the request body names {str(exc)[:80]!r} twice in one object"
-    except (ValueError, UnicodeDecodeError):
-        return 400, "the request body is not JSON (UTF-8)"
-    except RecursionError:  # review 25: the connection dropped, the refusal in no record
-        return 400, "the request body nests deeper than the injector reads"
-    if not isinstance(doc, dict):
-        return 400, "the request body is not a JSON object"
-    if doc.get("mcp_servers") and "mcp" not in sdef.server_tools:
-        return 403, (f"mcp_servers is not allowed for secret {sdef.name} (the API's MCP connector reaches the "
-                     "servers the request names); the operator allows it with server_tools: [mcp]")
-    tools = doc.get("tools") or []
-    if not isinstance(tools, list):
-        return 400, "tools is not a list"
-    for t in tools:
-        if not isinstance(t, dict):
-            return 400, "a tool is not a JSON object"
-        kind = t.get("type")
-        if kind is None or isinstance(kind, str) and (kind == "custom" or kind.startswith(CLIENT_TOOL_TYPES[1:])):
-            continue
-        if not isinstance(kind, str):
-            return 400, "a tool's type is not a string"
-        if any(kind == a or kind.startswith(a + "_") for a in sdef.server_tools):
-            continue
-        return 403, (f"the server tool {kind[:80]} is not allowed for secret {sdef.name} (the API runs it, reaching "
-                     "hosts the request names); the operator allows it with server_tools")
-    if "url_sources" not in sdef.server_tools and (where := _url_source(doc)):
-        return 403, (f"a content block with a URL source ({where}) is not allowed for secret {sdef.name} (the API "
-                     "fetches the URL, a host the request names); the operator allows it with server_tools: "
-                     "[url_sources]")
-    return None
-
-
-def _url_source(node: Any, depth: int = 0) -> str:
-    """Where NODE holds a content block the API fetches from a URL itself (an image or
-    document whose source is {"type": "url"}; review 14): its type, or ""."""
-    if depth > 64:
-        return "nesting"
-    if isinstance(node, dict):
-        src = node.get("source")
-        if isinstance(src, dict) and src.get("type") == "url":
-            return str(node.get("type", "a block"))[:40]
-        return next((w for v in node.values() if (w := _url_source(v, depth + 1))), "")
-    if isinstance(node, list):
-        return next((w for v in node if (w := _url_source(v, depth + 1))), "")
-    return ""
-
-
 def _error_body(kind: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": kind, "message": f"kooi injector: {message}"}}).encode()
-
-
-def parse_cost(body: bytes | bytearray) -> int:
-    """About what parsing BODY makes besides the body itself: the decoded text and the
-    strings parsed from it (1, 2 or 4 bytes a character: review 27, one character
-    past the BMP made a 32 MiB ASCII body hold 288 MiB) and PARSE_COST per JSON
-    separator or bracket (the objects)."""
-    if max(body, default=0) >= 0xF0 or SURROGATE_ESCAPE.search(body):
-        width = 4
-    elif not body.isascii() or b"\\u" in body:
-        width = 2
-    else:
-        width = 1
-    return 2 * width * len(body) + PARSE_COST * sum(body.count(c) for c in (b",", b":", b"{", b"["))
 
 
 class ProxyHandler(http.server.BaseHTTPRequestHandler):
@@ -236,17 +143,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         if rec is not None:
             self.server.registry.note(rec, {k: entry[k] for k in ("time", "method", "path", "status", "reason")},
                                       refused=True)
-        body = _error_body(kind, message)
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("x-should-retry", "false")
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-        except OSError:
-            self.close_connection = True  # the client is gone; the refusal is recorded
+        self._answer_error(status, kind, message)
 
     def _credential(self) -> str:
         """The placeholder the request carries, in x-api-key or as a bearer token
@@ -409,54 +306,120 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                    and n != sdef.header.lower()}
         port = sdef.upstream_port
         headers["Host"] = sdef.upstream_host if port == 443 else f"{sdef.upstream_host}:{port}"
-        value = self.server.values[rec.keys.get(name, name)].decode()
-        headers[sdef.header] = f"{sdef.scheme} {value}" if sdef.scheme else value
+        reg, path = self.server.registry, self.path.split("?", 1)[0][:512]
         t0 = time.monotonic()
         up = http.client.HTTPSConnection(sdef.upstream_host, port, context=self.server.tls[name], timeout=600)
-        sent = 0
+        handle: socket.socket | None = None
+        entry: dict[str, Any] | None = None
+        status, sent, ended = 0, 0, ""
         try:
+            try:
+                raw = socket.create_connection((sdef.upstream_host, port), timeout=CONNECT_TIMEOUT)
+            except OSError as exc:
+                self.close_connection = True
+                self._refuse(502, "api_error", f"upstream {sdef.upstream} failed: {exc.__class__.__name__}",
+                             rec, name)
+                return
+            # From here a release shuts the upstream connection down (the TLS handshake too).
+            if (handle := reg.begin_upstream(rec, raw)) is None:
+                raw.close()
+                self.close_connection = True
+                self._refuse(401, "authentication_error", "the placeholder's run was released", rec, name)
+                return
+            try:
+                raw.settimeout(600)
+                up.sock = self.server.tls[name].wrap_socket(raw, server_hostname=sdef.upstream_host)
+            except OSError as exc:
+                raw.close()
+                self.close_connection = True
+                self._refuse(502, "api_error", f"upstream {sdef.upstream} failed: {exc.__class__.__name__}"
+                             + (" (the run was released)" if rec.released else ""), rec, name)
+                return
+            if (entry := reg.sending(rec, self.command, path)) is None:
+                self.close_connection = True
+                self._refuse(401, "authentication_error", "the placeholder's run was released", rec, name)
+                return
+            value = self.server.values[rec.keys.get(name, name)].decode()
+            headers[sdef.header] = f"{sdef.scheme} {value}" if sdef.scheme else value
             try:
                 up.request(self.command, self.path, body=body if body or self.command in ("POST", "PUT", "PATCH")
                            else None, headers=headers)
                 resp = up.getresponse()
             except (OSError, http.client.HTTPException) as exc:
+                status, ended = 502, self._cut(rec, "upstream", exc)
                 self.close_connection = True
-                self._refuse(502, "api_error", f"upstream {sdef.upstream} failed: {exc.__class__.__name__}",
-                             rec, name)
+                self._answer_error(502, "api_error", f"upstream {sdef.upstream} failed: {exc.__class__.__name__}")
                 return
-            # Recorded before the answer goes out: a run released right after it has it.
-            self.server.registry.note(rec, {"time": round(time.time(), 3), "method": self.command,
-                                            "path": self.path.split("?", 1)[0][:512], "status": resp.status},
-                                      refused=False)
-            self.send_response_only(resp.status, resp.reason)
-            for k, v in resp.getheaders():
-                if k.lower() not in DROP_RESPONSE:
-                    self.send_header(k, v)
-            no_body = self.command == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
-            clen = resp.getheader("content-length")
-            chunked = not no_body and (clen is None or resp.chunked)
-            if no_body:
-                self.send_header("Content-Length", clen or "0")
-            elif chunked:
-                self.send_header("Transfer-Encoding", "chunked")
-            else:
-                self.send_header("Content-Length", str(clen))
-            self.end_headers()
-            if not no_body:
-                while True:
-                    piece = resp.read1(65536)
-                    if not piece:
-                        break
-                    sent += len(piece)
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
-                    self.wfile.flush()
-                if chunked:
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-            self._log(rec, name, resp.status, "forwarded", bytes_in=len(body), bytes_out=sent,
-                      ms=round((time.monotonic() - t0) * 1000, 1))
+            status = resp.status
+            reg.answered(entry, status)
+            sent, ended = self._relay(rec, resp)
         finally:
             up.close()
+            if entry is not None:
+                if ended:
+                    reg.answered(entry, status, ended)
+                # Logged before the release may go on (end_upstream), whatever happened.
+                self._log(rec, name, status, "forwarded", bytes_in=len(body), bytes_out=sent,
+                          ms=round((time.monotonic() - t0) * 1000, 1), **({"ended": ended} if ended else {}))
+            if handle is not None:
+                reg.end_upstream(rec, handle)
+
+    def _relay(self, rec: RunRecord, resp: http.client.HTTPResponse) -> tuple[int, str]:
+        """RESP to the client as it comes (server-sent events): the bytes sent, and why it
+        ended early ("" when it did not)."""
+        self.send_response_only(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in DROP_RESPONSE:
+                self.send_header(k, v)
+        no_body = self.command == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
+        clen = resp.getheader("content-length")
+        chunked = not no_body and (clen is None or resp.chunked)
+        if no_body:
+            self.send_header("Content-Length", clen or "0")
+        elif chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(clen))
+        sent = 0
+        try:
+            self.end_headers()
+            while not no_body:
+                try:
+                    piece = resp.read1(65536)
+                except (OSError, http.client.HTTPException) as exc:
+                    self.close_connection = True
+                    return sent, self._cut(rec, "upstream", exc)
+                if not piece:
+                    if chunked:
+                        self.wfile.write(b"0\r\n\r\n")
+                        self.wfile.flush()
+                    break
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                self.wfile.flush()
+                sent += len(piece)
+        except OSError as exc:
+            self.close_connection = True
+            return sent, self._cut(rec, "client", exc)
+        return sent, ""
+
+    @staticmethod
+    def _cut(rec: RunRecord, side: str, exc: BaseException) -> str:
+        if rec.released:
+            return "the run was released"
+        return f"the {side} connection failed: {exc.__class__.__name__}"
+
+    def _answer_error(self, status: int, kind: str, message: str) -> None:
+        body = _error_body(kind, message)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("x-should-retry", "false")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except OSError:
+            self.close_connection = True  # the client is gone; the refusal is recorded
 
     def do_GET(self) -> None:
         self._handle()
@@ -509,6 +472,8 @@ class ProxyServer(http.server.ThreadingHTTPServer):
                 return 429, (f"this run's request bodies would hold more than {RUN_BODY_BYTES >> 20} MiB of the "
                              "injector's memory at once")
             while self.shared_bytes + _beyond(rec.body_bytes + n) - _beyond(rec.body_bytes) > BODY_BYTES:
+                if rec.released:
+                    return 401, "the placeholder's run was released"
                 left = deadline - time.monotonic()
                 if left <= 0 or not self.bytes_freed.wait(left):
                     return 503, (f"the injector's {BODY_BYTES >> 20} MiB of request body memory that runs share "

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import threading
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from kooi import inject, injectcontrol, injectproxy, workflow
+from kooi import inject, injectbody, injectcontrol, injectproxy, workflow
 from kooi.hoststate import HostStateError
 from kooi.hoststate import secrets as secrets_state
 
@@ -441,8 +442,8 @@ def test_client_tools_and_listed_server_tools_pass(proxy):
     reg.release("run-tools")
     sdef = srv.cfg.secrets["api"]
     allowed = dataclasses.replace(sdef, server_tools=("web_search",))
-    assert injectproxy.body_refusal(allowed, b'{"tools": [{"type": "web_search_20250305", "name": "w"}]}') is None
-    assert injectproxy.body_refusal(allowed, b'{"tools": [{"type": "web_fetch_20250910", "name": "w"}]}') is not None
+    assert injectbody.body_refusal(allowed, b'{"tools": [{"type": "web_search_20250305", "name": "w"}]}') is None
+    assert injectbody.body_refusal(allowed, b'{"tools": [{"type": "web_fetch_20250910", "name": "w"}]}') is not None
 
 
 def test_a_secret_held_per_person_gives_each_session_its_persons_value_and_nothing_to_others(proxy, tmp_path):
@@ -832,3 +833,175 @@ def test_the_access_log_is_bounded_in_size(proxy, monkeypatch, tmp_path):
         srv.log_file.close()
         srv.shutdown()
         srv.server_close()
+
+
+def _slow_tls_upstream(certdir: Path) -> tuple[int, threading.Event, threading.Event, list[bytes]]:
+    """An upstream that takes the TCP connection at once and starts TLS only when GO is
+    set: what it then reads of the request is in SEEN (empty: nothing came)."""
+    lst = socket.create_server(("127.0.0.1", 0))
+    accepted, go, seen = threading.Event(), threading.Event(), []
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(certdir / "server.pem"), str(certdir / "server.key"))
+
+    def serve() -> None:
+        conn, _ = lst.accept()
+        accepted.set()
+        go.wait(20)
+        data = b""
+        try:
+            conn.settimeout(5)
+            tls = ctx.wrap_socket(conn, server_side=True)
+            while b"\r\n\r\n" not in data:
+                piece = tls.recv(65536)
+                if not piece:
+                    break
+                data += piece
+            if data:
+                tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        except OSError:
+            pass
+        seen.append(data)
+        conn.close()
+        lst.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return lst.getsockname()[1], accepted, go, seen
+
+
+def test_a_release_during_the_upstream_connection_sends_no_key_and_records_what_went(proxy, tmp_path):
+    """Review 30 (F1): the released check came before the upstream connection; a release
+    while it connected (TCP, TLS) still sent the real key afterwards, and a request in
+    flight at the release was in neither the returned record nor the access log. Now
+    the key goes out only while the run is live, a release ends the upstream connections
+    of its requests, and what went is in the record and the log."""
+    srv0, reg = proxy
+    certdir = Path(srv0.cfg.secrets["api"].ca_file).parent
+    port, accepted, go, seen = _slow_tls_upstream(certdir)
+    cfg = desc(api={**PRESETS["anthropic"], "upstream": f"https://localhost:{port}",
+                    "ca_file": str(certdir / "ca.pem")})
+    srv = injectproxy.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"REAL-KEY"}, reg)
+    log = tmp_path / "access.log"
+    srv.log_file = open(log, "a", buffering=1)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        # 1. Released while the injector waits for the upstream's TLS: the key never goes.
+        tok = reg.add("run-tls", "wf", ["api"], ttl=60)["api"]
+        answers: list[int] = []
+
+        def ask() -> None:
+            try:
+                answers.append(_post(srv.server_address[1], "/v1/messages", {"x-api-key": tok})[0])
+            except OSError:
+                answers.append(0)  # the release ended the connection
+
+        t = threading.Thread(target=ask, daemon=True)
+        t.start()
+        assert accepted.wait(10)
+        t0 = time.monotonic()
+        record = reg.release("run-tls")
+        assert time.monotonic() - t0 < 8
+        go.set()
+        t.join(15)
+        end = time.monotonic() + 10
+        while not seen and time.monotonic() < end:
+            time.sleep(0.05)
+        assert seen and b"REAL-KEY" not in seen[0], seen  # old code: the request went with the key
+        assert answers and answers[0] != 200, answers
+        assert record is not None and record["forwarded"] == 0
+        # 2. Released while the upstream holds its answer: the request went with the key,
+        # so the record and the access log have it.
+        Upstream.release.clear()
+        main = _server(proxy)
+        main.log_file = srv.log_file
+        tok = reg.add("run-held", "wf", ["api"], ttl=60)["api"]
+        before = len(Upstream.seen)
+        s = _hold(main.server_address[1], tok)
+        end = time.monotonic() + 10
+        while len(Upstream.seen) == before and time.monotonic() < end:
+            time.sleep(0.02)
+        record = reg.release("run-held")
+        Upstream.release.set()
+        assert record["forwarded"] == 1, record  # old code: 0, the request in no record
+        assert record["requests"][0]["path"] == "/v1/messages", record
+        s.close()
+        end = time.monotonic() + 10
+        while "run-held" not in log.read_text() and time.monotonic() < end:
+            time.sleep(0.05)
+        lines = [json.loads(x) for x in log.read_text().splitlines()]
+        assert any(e["run"] == "run-held" and e["verdict"] == "forwarded" for e in lines), lines
+        main.shutdown()
+        main.server_close()
+    finally:
+        Upstream.release.set()
+        go.set()
+        srv.shutdown()
+        srv.server_close()
+        srv.log_file.close()
+
+
+def test_a_client_gone_during_the_answer_still_leaves_its_log_line(proxy, tmp_path):
+    """Review 30 (F1): the access log line was written after the answer; a client that
+    went away while it streamed left no line although the key had gone upstream."""
+    _srv, reg = proxy
+    srv = _server(proxy)
+    log = tmp_path / "access.log"
+    srv.log_file = open(log, "a", buffering=1)
+    Upstream.release.clear()
+    try:
+        tok = reg.add("run-gone", "wf", ["api"], ttl=60)["api"]
+        before = len(Upstream.seen)
+        s = _hold(srv.server_address[1], tok)
+        end = time.monotonic() + 10
+        while len(Upstream.seen) == before and time.monotonic() < end:
+            time.sleep(0.02)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()  # a reset: the injector's writes fail
+        Upstream.release.set()
+        end = time.monotonic() + 10
+        while "run-gone" not in log.read_text() and time.monotonic() < end:
+            time.sleep(0.05)
+        lines = [json.loads(x) for x in log.read_text().splitlines()]
+        assert [e["verdict"] for e in lines if e["run"] == "run-gone"] == ["forwarded"], lines
+        assert reg.release("run-gone")["forwarded"] == 1
+    finally:
+        Upstream.release.set()
+        srv.shutdown()
+        srv.server_close()
+        srv.log_file.close()
+
+
+def test_the_registry_keeps_no_records_on_disk_and_writes_outside_its_lock(tmp_path, monkeypatch):
+    """Review 30 (F4): runs.json held every run's full record (54 MB with 63 runs) and was
+    rewritten under the registry's lock at each registration and release: every request
+    of every run waited 0.5 to 0.8 s. Now it holds what a restart needs (placeholders,
+    expiry, counts), written outside the lock."""
+    path = tmp_path / "runs.json"
+    reg = injectcontrol.Registry(path)
+    tok = reg.add("run-1", "wf", ["api"], ttl=60)["api"]
+    rec = reg.runs["run-1"]
+    for _i in range(200):
+        reg.note(rec, {"time": 1.0, "method": "POST", "path": "/v1/" + "x" * 500, "status": 403,
+                       "reason": "r" * 1000}, refused=True)
+    reg.add("run-2", "wf", ["api"], ttl=60)
+    assert path.stat().st_size < 4096, path.stat().st_size  # old code: ~300 KB
+    again = injectcontrol.Registry(path)
+    assert again.load() == 2 and again.lookup(tok)[0].run == "run-1"
+    # A save that hangs (a slow disk) holds up no lookup.
+    gate = threading.Event()
+    real = injectcontrol.Registry._write
+
+    def slow(self, doc):
+        gate.wait(10)
+        real(self, doc)
+
+    monkeypatch.setattr(injectcontrol.Registry, "_write", slow)
+    t = threading.Thread(target=reg.add, args=("run-3", "wf", ["api"], 60), daemon=True)
+    t.start()
+    time.sleep(0.2)
+    got: list = []
+    looker = threading.Thread(target=lambda: got.append(reg.lookup(tok)), daemon=True)
+    looker.start()
+    looker.join(3)
+    gate.set()
+    t.join(10)
+    assert got and got[0][0].run == "run-1"

@@ -39,7 +39,7 @@ HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}\Z")
 UPSTREAM_RE = re.compile(r"^https://([A-Za-z0-9.-]+)(?::([0-9]{1,5}))?\Z")
 QUERY_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}=(\*|[A-Za-z0-9_.:-]{0,128})")
 MODES = ("inject", "environment")
-# What the injector checks in a request body before it forwards it (injectproxy.body_refusal):
+# What the injector checks in a request body before it forwards it (injectbody.body_refusal):
 # none, or the Anthropic Messages API's (no MCP connector, no server-side tools but
 # those the route's server_tools names).
 BODIES = ("", "anthropic-messages")
