@@ -201,11 +201,34 @@ def serve(cfg: SecretsConfig, workflow_dir: Path | None = None) -> int:
 # --- clients (kooi run, kooi secrets, the checks) ----------------------------------------
 
 
+def _connect(path: str, timeout: float) -> socket.socket:
+    """A connection to the control socket at PATH, waiting up to TIMEOUT for room in its
+    listen queue (a full queue answers a connect with a timeout EAGAIN at once; review
+    31: runs ending together failed their releases)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        try:
+            s.connect(path)
+            return s
+        except BlockingIOError:
+            s.close()
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+        except OSError:
+            s.close()
+            raise
+
+
 def call(cfg: SecretsConfig, req: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
     try:
-        s.connect(cfg.injector.control)
+        s = _connect(cfg.injector.control, timeout)
+    except OSError as exc:
+        raise InjectError(f"the injector does not answer on {cfg.injector.control} ({exc.strerror or exc}); "
+                          "start it: kooi secrets start (root), or re-run site.yml") from None
+    try:
         s.sendall(json.dumps(req).encode() + b"\n")
         buf = b""
         while not buf.endswith(b"\n"):

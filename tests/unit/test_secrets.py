@@ -1005,3 +1005,143 @@ def test_the_registry_keeps_no_records_on_disk_and_writes_outside_its_lock(tmp_p
     gate.set()
     t.join(10)
     assert got and got[0][0].run == "run-1"
+
+
+def _cut_upstream(certdir: Path, answer: bytes) -> int:
+    """An upstream that reads one request, sends ANSWER and closes the connection."""
+    lst = socket.create_server(("127.0.0.1", 0))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(certdir / "server.pem"), str(certdir / "server.key"))
+
+    def serve() -> None:
+        conn, _ = lst.accept()
+        try:
+            tls = ctx.wrap_socket(conn, server_side=True)
+            data = b""
+            while b"\r\n\r\n" not in data and (piece := tls.recv(65536)):
+                data += piece
+            tls.sendall(answer)
+            tls.close()
+        except OSError:
+            conn.close()
+        lst.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return lst.getsockname()[1]
+
+
+def test_an_answer_the_upstream_cut_short_is_recorded_as_such_and_ends_the_connection(proxy, tmp_path):
+    """Review 31 (F1): an answer with a Content-Length whose upstream connection ended
+    early (or was shut down by a release) was recorded and logged as whole, and the
+    client's connection stayed open until the injector's idle timeout (60 s)."""
+    srv0, reg = proxy
+    certdir = Path(srv0.cfg.secrets["api"].ca_file).parent
+    port = _cut_upstream(certdir, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000"
+                                  b"\r\n\r\n0123456789")
+    cfg = desc(api={**PRESETS["anthropic"], "upstream": f"https://localhost:{port}",
+                    "ca_file": str(certdir / "ca.pem")})
+    srv = injectproxy.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"REAL-KEY"}, reg)
+    log = tmp_path / "access.log"
+    srv.log_file = open(log, "a", buffering=1)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        tok = reg.add("run-cut-short", "wf", ["api"], ttl=60)["api"]
+        c = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=10)
+        c.request("POST", "/v1/messages", body=b"{}", headers={"x-api-key": tok})
+        r = c.getresponse()
+        t0 = time.monotonic()
+        with pytest.raises(http.client.IncompleteRead):
+            r.read()  # old code: waited for the rest until the idle timeout (socket.timeout)
+        assert time.monotonic() - t0 < 5
+        c.close()
+        record = reg.release("run-cut-short")
+        assert record["requests"][0]["ended"].startswith("the upstream's answer ended early"), record
+        entry = [json.loads(x) for x in log.read_text().splitlines() if "run-cut-short" in x][-1]
+        assert entry["verdict"] == "forwarded" and "ended" in entry and entry["bytes_out"] == 10, entry
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        srv.log_file.close()
+
+
+def test_many_runs_ending_at_once_are_all_released(proxy, tmp_path):
+    """Review 31 (F2): the control socket's listen queue held 5 and kooi's client
+    failed at once (EAGAIN) when it was full: 14 of 32 runs ending together were not
+    released (their placeholders lived on, their results had no record)."""
+    srv, _ = proxy
+    wfdir = tmp_path / "workflows"
+    wfdir.mkdir(mode=0o755)
+    (wfdir / "agent.yml").write_text("description: d\ncommand: [\"true\"]\nnetwork: proxy\nsecrets: [api]\n")
+    sock = tmp_path / "control.sock"
+    cfg = dataclasses.replace(srv.cfg, injector=dataclasses.replace(srv.cfg.injector, control=str(sock)))
+    reg = injectcontrol.Registry()
+    control = injectcontrol.ControlServer(str(sock), os.getgid(), cfg, srv.values, reg, wfdir)
+    threading.Thread(target=control.serve_forever, daemon=True).start()
+    try:
+        n = 48
+        failed: list[str] = []
+
+        def both(i: int) -> None:
+            try:
+                inject.call(cfg, {"op": "register", "run": f"run-burst-{i}", "workflow": "agent"})
+                barrier.wait(10)
+                inject.call(cfg, {"op": "release", "run": f"run-burst-{i}"})
+            except (inject.InjectError, threading.BrokenBarrierError) as exc:
+                failed.append(str(exc))
+
+        barrier = threading.Barrier(n)
+        threads = [threading.Thread(target=both, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert failed == [] and reg.runs == {}, (failed[:3], len(failed))
+    finally:
+        control.shutdown()
+        control.server_close()
+
+
+def test_a_runs_refusals_cannot_keep_its_forwarded_requests_out_of_the_log(proxy, monkeypatch, tmp_path):
+    """Review 31 (F3): a run's access log bound counted refusals too: 2000 cheap 403s,
+    then its requests with the real key went unlogged. Forwarded requests are always
+    logged (each is a round trip upstream); refusals have the bound."""
+    monkeypatch.setattr(injectproxy, "LOG_PER_RUN", 20)
+    _srv, reg = proxy
+    srv = _server(proxy)
+    log = tmp_path / "access.log"
+    srv.log_file = open(log, "a", buffering=1)
+    try:
+        tok = reg.add("run-blind", "wf", ["api"], ttl=60)["api"]
+        port = srv.server_address[1]
+        for _ in range(25):
+            assert _post(port, "/v1/other", {"x-api-key": tok})[0] == 403
+        for _ in range(3):
+            assert _post(port, "/v1/messages", {"x-api-key": tok})[0] == 200
+        lines = [json.loads(x) for x in log.read_text().splitlines() if "run-blind" in x]
+        assert len([e for e in lines if e["verdict"] == "forwarded"]) == 3, lines[-5:]  # old code: 0
+        assert len([e for e in lines if e["verdict"] == "refused"]) == 20
+        assert reg.release("run-blind")["not_logged"] == 5
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        srv.log_file.close()
+
+
+@pytest.mark.parametrize("path", ["/api/caf\u00e9", "/api/a\x01b", "/api/a\x7fb"])
+def test_a_path_the_upstream_request_cannot_carry_is_refused_before_the_key(proxy, path):
+    """Review 31 (suspicion): on a route with PREFIX/*, a path with a control or
+    non-ASCII character made the upstream request fail after the request was recorded
+    as sent (an uncaught error for non-ASCII). Such a path is refused (400) first."""
+    srv, reg = proxy
+    tok = reg.add("run-odd-path", "wf", ["bearer"], ttl=60)["bearer"]
+    try:
+        s = socket.create_connection(("127.0.0.1", srv.server_address[1]), timeout=10)
+        s.sendall(b"POST " + path.encode("latin-1") + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                  + tok.encode() + b"\r\nContent-Length: 2\r\n\r\n{}")
+        answer = s.recv(65536)
+        s.close()
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+        record = reg.release("run-odd-path")
+        assert record["forwarded"] == 0 and record["refused"][0]["status"] == 400, record
+    finally:
+        reg.release("run-odd-path")
