@@ -7,8 +7,10 @@ pseudo-terminals, side by side and alternating (drift hits every variant alike):
   C bash -l` into a running container;
 - keystroke echo latency (one key written to the terminal until the terminal shows it):
   through `kooi session attach`, through the SSH entry (`ssh -tt` to the host's sshd
-  with kooi's drop-in; --ssh-port and --ssh-key, where the operator provisioned it) and
-  through `docker exec -it`: median, p99 and the ratio to docker exec;
+  with kooi's drop-in; --ssh-port and --ssh-key, where the operator provisioned it),
+  through `docker exec -it` and through `docker exec -it tmux` into the same plain
+  container (a terminal multiplexer behind docker exec, without kooi): median, p99 and
+  the ratio to docker exec;
 - memory of an idle session (proportional set size): its container's processes plus
   kooi's supervisor on the host, against the container with one `docker exec -it bash`.
 
@@ -174,7 +176,10 @@ def main() -> None:
         subprocess.run([KOOI, "session", "start", WF, "--project", str(project), "--person", PERSON],
                        check=True, capture_output=True)
         terms = {"kooi session attach": Term([KOOI, "session", "attach", WF, "--person", PERSON]),
-                 "docker exec -it": Term([*docker, "exec", "-it", name, "bash", "-l"])}
+                 "docker exec -it": Term([*docker, "exec", "-it", name, "bash", "-l"]),
+                 # The same multiplexer without kooi: what tmux behind docker exec costs.
+                 "docker exec -it tmux": Term([*docker, "exec", "-it", name, "tmux", "-f", "/dev/null", "new",
+                                               "-A", "-s", "m", "bash -l"])}
         if args.ssh_port and args.ssh_key:
             terms["ssh (kooi's entry)"] = Term(["ssh", "-tt", "-i", args.ssh_key, "-p", str(args.ssh_port), "-o",
                                                "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no", "-o",
@@ -187,6 +192,8 @@ def main() -> None:
         for _ in range(10):  # alternating blocks
             for k, t in terms.items():
                 lat[k] += echo_latencies(t, per)
+        terms.pop("docker exec -it tmux").close()  # its server out of the memory measure below
+        subprocess.run([*docker, "exec", name, "tmux", "kill-server"], capture_output=True)
         time.sleep(5)  # idle
         container = subprocess.run([*docker, "ps", "-q", "--filter", "label=org.kooi.session=1", "--filter",
                                     f"label=org.kooi.person={PERSON}"], capture_output=True, text=True).stdout.split()
