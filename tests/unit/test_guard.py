@@ -1190,6 +1190,35 @@ def test_other_version_control_settings_anywhere_are_put_back(repo, path, text):
     assert rec["restored"] and not (repo / path).exists()
 
 
+# Every name mise (and rtx, its former name) reads, at the top and below it, and
+# Jujutsu's workspace settings (review 32: these stayed, unlisted).
+MISE_AND_JJ = [".rtx.toml", ".rtx.local.toml", ".rtx.ci.toml", ".config/mise.local.toml", ".config/mise.dev.toml",
+               ".config/mise/config.toml", ".mise.ci.local.toml", "sub/mise.local.toml", "sub/.mise.local.toml",
+               "sub/.rtx.toml", "sub/mise/config.toml", "sub/.config/mise/config.toml", "sub/.config/mise.local.toml",
+               "sub/mise.dev.toml", "sub/.config/mise.toml", "deep/er/.mise.staging.toml",
+               ".jj/workspace-config.toml", "sub/.jj/workspace-config.toml"]
+
+
+def test_every_mise_and_jujutsu_setting_anywhere_is_put_back(repo):
+    """Review 32: mise's local and profile files under `.config/`, anywhere below the top,
+    and rtx's names, and Jujutsu's `.jj/workspace-config.toml`, stayed in the project:
+    mise loads them from every directory up from where it runs (an `[env] _.source` runs
+    a script), `jj log` runs the workspace's pager. All are put back and listed; a
+    project's own file of such a name stays as it was."""
+    (repo / "sub").mkdir()
+    (repo / "sub/mise.local.toml").write_text("[tools]\nnode = '22'\n")
+    g = guarded(repo)
+    for rel in MISE_AND_JJ:
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text('[env]\n_.source = "./evil.sh"\n[ui]\npager = ["sh", "-c", "id"]\n')
+    rec = g.check()
+    refused = {r["path"] for r in rec["refused"]}
+    missed = [r for r in MISE_AND_JJ if not any(r == p or r.startswith(p + "/") for p in refused)]
+    assert missed == [], missed
+    assert rec["restored"] and [r for r in MISE_AND_JJ if r != "sub/mise.local.toml" and (repo / r).exists()] == []
+    assert (repo / "sub/mise.local.toml").read_text() == "[tools]\nnode = '22'\n"
+
+
 def test_a_nested_mercurial_repositorys_own_settings_are_kept_as_they_were(repo):
     """The settings a nested repository had before the run are protected like the top's."""
     (repo / "vendor/.hg/store").mkdir(parents=True)

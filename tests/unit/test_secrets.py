@@ -1020,6 +1020,11 @@ def _cut_upstream(certdir: Path, answer: bytes) -> int:
             data = b""
             while b"\r\n\r\n" not in data and (piece := tls.recv(65536)):
                 data += piece
+            head, _, rest = data.partition(b"\r\n\r\n")
+            length = int(next((ln.split(b":", 1)[1] for ln in head.split(b"\r\n")
+                               if ln.lower().startswith(b"content-length:")), b"0"))
+            while len(rest) < length and (piece := tls.recv(65536)):
+                rest += piece  # all of it: unread data would make the close a reset
             tls.sendall(answer)
             tls.close()
         except OSError:
@@ -1117,6 +1122,9 @@ def test_a_runs_refusals_cannot_keep_its_forwarded_requests_out_of_the_log(proxy
             assert _post(port, "/v1/other", {"x-api-key": tok})[0] == 403
         for _ in range(3):
             assert _post(port, "/v1/messages", {"x-api-key": tok})[0] == 200
+        end = time.monotonic() + 10  # each line is written once its answer is out
+        while log.read_text().count('"forwarded"') < 3 and time.monotonic() < end:
+            time.sleep(0.02)
         lines = [json.loads(x) for x in log.read_text().splitlines() if "run-blind" in x]
         assert len([e for e in lines if e["verdict"] == "forwarded"]) == 3, lines[-5:]  # old code: 0
         assert len([e for e in lines if e["verdict"] == "refused"]) == 20

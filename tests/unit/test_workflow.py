@@ -173,6 +173,6 @@ def test_a_session_workflow_has_no_command_and_runs_in_a_container(tmp_path):
 
 def test_what_a_workflow_may_unprotect_is_what_the_guard_protects():
     """The schema's enum is run.protected's UNPROTECTABLE, declared there once."""
-    from kooi.run.protected import UNPROTECTABLE
+    from kooi.run.toolnames import UNPROTECTABLE
 
     assert workflow.schema()["properties"]["unprotected_paths"]["items"]["enum"] == list(UNPROTECTABLE)

@@ -32,7 +32,6 @@ git's data what git wrote), shadows.py (the throwaway git directories), forgery.
 from __future__ import annotations
 
 import base64
-import fnmatch
 import os
 import shutil
 import stat
@@ -53,8 +52,7 @@ from .made import KEEP as KEEP  # re-exported: where kept work goes
 from .made import MadeByWorkload
 from .protected import (
     MAX_WALK,
-    PROTECTED,
-    PROTECTED_GLOBS,
+    config_names,
     config_targets,
     is_git_data,
     package_targets,
@@ -66,6 +64,7 @@ from .protected import (
 from .shadows import Shadows, Throwaway
 from .snapshot import MAX_ENTRIES_AFTER, Entry, change_of, lentry, remove_path, restore, scan
 from .snapshot import GuardError as GuardError  # re-exported: Guard raises it
+from .toolnames import PROTECTED, top_glob
 
 
 @dataclass
@@ -124,7 +123,7 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
     def paths(self) -> tuple[str, ...]:
         globs = []
         try:
-            globs = [n for n in os.listdir(self.root) if any(fnmatch.fnmatch(n, g) for g in PROTECTED_GLOBS)]
+            globs = [n for n in os.listdir(self.root) if top_glob(n)] + config_names(self.root, ".config")
         except OSError:
             pass
         return tuple(dict.fromkeys(p for p in (*PROTECTED, *self.extra, *self.git_dirs[1:], *globs)

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .gitdata import NULL_IDS, git_plumbing, introduced, read_refs, read_tips, refs_changed, tree_changes
-from .protected import DEEP, PROTECTED_GLOBS, WATCHED, WATCHED_GLOBS, compiled, py_shadow_name
+from .protected import compiled, py_shadow_name
 from .snapshot import Entry, change_of, scan
+from .toolnames import WATCHED, WATCHED_GLOBS, protected_parts
 
 # How many moved refs, and files changed on each, kooi judges after a run (more: said).
 MAX_BRANCHES = 10
@@ -74,9 +75,8 @@ class Listed:
         if any(rel == u or rel.startswith(u + "/") for u in self.unprotected):
             return False
         parts = rel.split("/")
-        return any(rel == p or rel.startswith(p + "/") for p in self.paths) \
-            or any(fnmatch.fnmatch(parts[0], g) for g in PROTECTED_GLOBS) \
-            or any(part in DEEP for part in parts[1:]) or ".git" in parts
+        return any(rel == p or rel.startswith(p + "/") for p in self.paths) or protected_parts(parts) \
+            or ".git" in parts
 
     def _risky(self, rel: str, mode: int, link_target: bytes | None, names: set[str]) -> str | None:
         """Why a file at REL (git MODE; a symlink's LINK_TARGET) is one the host would run

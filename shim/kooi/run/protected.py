@@ -14,15 +14,9 @@ import sys
 from pathlib import Path
 
 from .links import leads_out
+from .toolnames import ENV_DIRS, WATCHED_DEEP, config_dir_name, deep_name
 from .vcsconf import VCS_SETTINGS, vcs_setting
 
-# Other agents' and editors' project settings: the MCP servers, hooks, plugins, tasks
-# and language servers they start on the host when opened here, vim's exrc, sdkman's
-# environment.
-AGENTS = (".gemini", ".cursor", ".codex", ".amazonq", ".roo", ".kiro", ".windsurf", ".continue", ".opencode",
-          "opencode.json", "opencode.jsonc", ".qwen", ".clinerules", ".kilocode", ".crush.json", ".factory",
-          ".aider.conf.yml", ".junie", "crush.json", ".zed", ".helix", ".theia", ".nvim.lua", ".nvimrc", ".exrc",
-          ".vimrc", ".gvimrc", ".lazy.lua", ".dir-locals.el", ".dir-locals-2.el", ".sdkmanrc")
 # Python modules the host imports from the project's top when someone runs `python3 -m
 # NAME` (or a script there: `setup.py` imports setuptools) in it: the current directory
 # comes first on sys.path, so a NAME.py or NAME/ package there is what runs, for the
@@ -135,26 +129,6 @@ def py_top_names(root: Path) -> list[str]:
     return sorted(out)
 
 
-# Paths that execute on the host later: on `cd` (direnv, mise), in the editor (VS Code's and
-# JetBrains' tasks, settings, run configurations, workspaces), when a dev container is built,
-# when an agent runs there (Claude Code's hooks and MCP servers), and `.git` (below).
-PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.local.toml", "mise.local.toml",
-             ".mise", "mise", ".config/mise.toml", ".config/mise", ".vscode", ".idea", ".devcontainer",
-             ".devcontainer.json", ".claude", ".mcp.json", ".run", ".fleet",
-             # what package managers run when someone builds on the host: cargo's
-             # rustc-wrapper and aliases, yarn's yarnPath, npm's node-options and
-             # script-shell, pnpm's hooks file
-             ".cargo/config.toml", ".cargo/config", ".yarnrc.yml", ".yarnrc", ".npmrc", ".pnpmfile.cjs",
-             # a toolchain at a path of the workload's: rustup's `path`, mise's `path:` versions
-             "rust-toolchain", "rust-toolchain.toml", ".tool-versions",
-             # Mercurial's, Jujutsu's and Sapling's repository settings: extensions
-             # (Python code), hooks, pagers and diff tools that `hg status`, `jj log` and
-             # `sl status` run (review 15), and a shared repository's path, whose settings
-             # they read instead (review 28); below the top: VCS_SETTINGS
-             ".hg/hgrc", ".hg/hgrc-not-shared", ".hg/sharedpath", ".jj/repo/config.toml", ".sl/config",
-             ".sl/sharedpath", *AGENTS)
-# mise's environment variants (mise.ENV.toml) and editor workspaces.
-PROTECTED_GLOBS = ("*.code-workspace", ".mise.*.toml", "mise.*.toml")
 # In a git directory (`.git`, a `gitdir:` target in the project, each submodule's
 # under modules/) everything is protected but the repository's data: a new
 # commondir, config.worktree or worktrees/ would point git at a config and hooks of the
@@ -170,73 +144,8 @@ GIT_DATA = frozenset({
 def is_git_data(name: str) -> bool:
     """NAME, in a git directory, is the repository's data (a split index's shared part too)."""
     return name in GIT_DATA or name.startswith("sharedindex.")
-# Protected wherever they are in the project (below its top, outside node_modules): what
-# runs on the host when someone works in that directory (direnv on cd, cargo, npm, yarn
-# and pnpm when they build there, mise, Claude Code and MCP clients started there, a dev
-# container opened there).
-DEEP = frozenset({".envrc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".cargo", ".mise.toml", "mise.toml",
-                  ".mise", ".claude", ".mcp.json", ".devcontainer", ".devcontainer.json", ".gitmodules",
-                  # an editor opened on a module's directory
-                  ".vscode", ".idea", ".run", ".fleet",
-                  # a toolchain at a path of the workload's: rustup's `path`, mise's `path:`
-                  "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS})
-# The paths of a git directory a workflow may leave to the workload for real.
-SHADOWED = (".git/hooks", ".git/config", ".git/info")
-# What a workflow may unprotect (unprotected_paths; the schema's enum).
-UNPROTECTABLE = PROTECTED + SHADOWED + (".git/modules",)
 # How far kooi looks for nested repositories (entries of the project; before and after).
 MAX_WALK = 2_000_000
-# Changed paths a pipeline should look at before it trusts the result: CI definitions,
-# build scripts and wrappers, lockfiles, hook managers, agent instructions.
-WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "azure-pipelines.yml", ".buildkite",
-           "pom.xml", "mvnw", ".mvn", "build.gradle", "build.gradle.kts", "settings.gradle", "settings.gradle.kts",
-           "gradlew", "gradle/wrapper", "package.json", "package-lock.json", "yarn.lock", "pnpm-lock.yaml",
-           "Makefile", "setup.py", "setup.cfg", "pyproject.toml", "tox.ini", "noxfile.py", "requirements.txt",
-           "poetry.lock", "uv.lock", "Pipfile.lock", "Cargo.lock", "go.sum", "Gemfile.lock", "Dockerfile",
-           "docker-compose.yml", "compose.yaml", ".pre-commit-config.yaml", ".husky", "CLAUDE.md",
-           "AGENTS.md", "GNUmakefile", "makefile", "go.mod", "go.work", "buildSrc", "gradle.properties",
-           "docker-compose.yaml", "compose.yml", "docker-compose.override.yml", "docker-compose.override.yaml",
-           "compose.override.yml", "compose.override.yaml", "Cargo.toml", "build.rs", "justfile", "Taskfile.yml",
-           "Gemfile", "Rakefile", "pnpm-workspace.yaml",
-           # which interpreter the host's version managers pick here (pyenv, nvm, rbenv, jenv)
-           ".python-version", ".nvmrc", ".node-version", ".ruby-version", ".java-version",
-           # what tools and editors' linters load and run from the project when they start
-           "conftest.py", "pytest.ini", "pytest.toml", ".pytest.ini", "tox.toml", ".pylintrc", "pylintrc", "mypy.ini",
-           ".mypy.ini", ".flake8", ".coveragerc",
-           "eslint.config.js", "eslint.config.mjs", "eslint.config.cjs", "eslint.config.ts", ".eslintrc.js",
-           ".eslintrc.cjs", "prettier.config.js", ".prettierrc.js", "jest.config.js", "jest.config.ts",
-           "vite.config.js", "vite.config.ts", "vitest.config.js", "vitest.config.ts", "tailwind.config.js",
-           "svelte.config.js", "babel.config.js", ".babelrc.js", "webpack.config.js",
-           # other agents' instructions
-           "GEMINI.md", ".cursorrules", ".windsurfrules", ".github/copilot-instructions.md",
-           # what hides a file from a review of `git status` (review 15: a .gitignore that
-           # ignores itself and a test beside it), drivers git runs by path, compose's and
-           # tools' environment (.env: COMPOSE_FILE names another compose file)
-           ".gitignore", ".gitattributes", ".env",
-           # review 16: local GitHub actions a watched workflow runs, other build systems'
-           # entry points and tools' startup files that run code of the project's
-           ".github/actions", ".gitlab", ".storybook", "CMakeLists.txt", "CMakePresets.json", "meson.build",
-           "configure", "configure.ac", "build.xml", "build.sbt", "SConstruct", "Vagrantfile", "flake.nix",
-           "shell.nix", "default.nix", "devenv.nix", "composer.json", "deno.json", "deno.jsonc", "WORKSPACE",
-           "WORKSPACE.bazel", "MODULE.bazel", ".bazelrc", ".bazelversion", ".golangci.yml", ".golangci.yaml",
-           ".Rprofile", ".ghci", "bunfig.toml", ".rspec", ".irbrc", ".pryrc", "Procfile", "Tiltfile")
-# The same for names of a kind, at the top: JavaScript tools' configuration modules
-# (loaded, so run, by the tool: ESLint, Prettier, Babel, Jest, lint-staged, commitlint...).
-WATCHED_GLOBS = ("*.config.js", "*.config.cjs", "*.config.mjs", "*.config.ts", "*.config.cts", "*.config.mts",
-                 ".*rc", ".*rc.js", ".*rc.cjs", ".*rc.mjs", ".*rc.ts", ".*rc.json", ".*rc.yml", ".*rc.yaml",
-                 ".*rc.toml", "*.conf.js", "Gruntfile.*", "gulpfile.*", ".env.*")
-# Build entry points watched in every directory below the top too (outside
-# node_modules): a module's own `.mvn/jvm.config` or Makefile runs when someone builds
-# in that directory.
-WATCHED_DEEP = frozenset({".mvn", "mvnw", "pom.xml", "build.gradle", "build.gradle.kts", "settings.gradle",
-                          "settings.gradle.kts", "gradle.properties", "gradlew", "package.json", "Makefile",
-                          "GNUmakefile", "makefile", "Cargo.toml", "build.rs", "go.mod", "pyproject.toml", "setup.py",
-                          "conftest.py", "CLAUDE.md", "AGENTS.md", "pytest.ini", "pytest.toml", ".pytest.ini",
-                          "tox.ini", "setup.cfg", ".gitignore", ".gitattributes", "CMakeLists.txt", "meson.build",
-                          "build.xml", "build.sbt", "composer.json", "deno.json", "BUILD.bazel", "BUILD"})
-# Environments the host's tools and editors run from (present_exposed): said wherever
-# they are; a Python one by its pyvenv.cfg or conda-meta where the name is common.
-ENV_DIRS = frozenset({"node_modules", ".venv", "venv", "env", ".conda"})
 # The most kooi reads of one protected file (a larger one cannot be kept).
 MAX_FILE = 8 << 20
 # Git hook managers: what an installed hook (in the git directory's hooks/) says about
@@ -512,13 +421,26 @@ def is_layout(names: set[str]) -> bool:
     return "HEAD" in names and (BARE <= names or "commondir" in names)
 
 
+def config_names(root: Path, rel: str) -> list[str]:
+    """The protected names in the `.config` directory REL of ROOT (mise's), as paths;
+    none where REL is not a directory of its own (a link is not followed)."""
+    try:
+        fd = os.open(root / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return []
+    try:
+        return sorted(f"{rel}/{n}" for n in os.listdir(fd) if config_dir_name(n))
+    finally:
+        os.close(fd)
+
+
 def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = None,
                  blind: list[str] | None = None, watched: list[str] | None = None,
                  links: dict[str, str] | None = None, pyc: list[str] | None = None,
                  envs: list[str] | None = None,
                  packages: list[str] | None = None) -> tuple[list[str], list[str], list[str], bool]:
     """One walk of ROOT, never through a symlink and never into a git directory: every
-    `.git` below the top (directories, other entries), every DEEP name below the top
+    `.git` below the top (directories, other entries), every DEEP name below the top (and mise's in a `.config` there)
     (outside node_modules), complete: False when ROOT holds more than LIMIT entries.
     BARE gets every directory that holds a bare repository's layout ("." for ROOT);
     BLIND every directory the caller cannot list (what is in it is unchecked: a
@@ -565,9 +487,11 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
                 if rel:
                     (dirs if is_dir else others).append(child)
                 continue
-            if rel and not in_modules and e.name in DEEP:
+            if rel and not in_modules and deep_name(e.name):
                 deep.append(child)
                 continue
+            if rel and not in_modules and e.name == ".config" and is_dir:
+                deep += config_names(root, child)
             if rel and not in_modules and e.name in VCS_SETTINGS:  # a link or file: itself (review 29)
                 deep += [f"{child}/{s}" for s in VCS_SETTINGS[e.name] if vcs_setting(root / child / s)] \
                     if is_dir else [child]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-VCS_SETTINGS = {".hg": ("hgrc", "hgrc-not-shared", "sharedpath"), ".jj": ("repo/config.toml", "repo"),
+VCS_SETTINGS = {".hg": ("hgrc", "hgrc-not-shared", "sharedpath"),
+                ".jj": ("repo/config.toml", "repo", "workspace-config.toml"),
                 ".sl": ("config", "sharedpath")}
 
 

@@ -1,0 +1,144 @@
+"""The names of what tools on the host read from a project and run: protected (kept as
+they were before the run, or removed), at the top (PROTECTED, PROTECTED_GLOBS) and in
+every directory below it (DEEP, DEEP_GLOBS, CONFIG_DIR_GLOBS in a `.config` there), and
+watched (listed when they change: WATCHED, WATCHED_GLOBS, WATCHED_DEEP). run.protected
+finds them in a project, run.guard keeps them. docs/workflows.md says what is on the
+lists and why."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+
+# Other agents' and editors' project settings: the MCP servers, hooks, plugins, tasks
+# and language servers they start on the host when opened here, vim's exrc, sdkman's
+# environment.
+AGENTS = (".gemini", ".cursor", ".codex", ".amazonq", ".roo", ".kiro", ".windsurf", ".continue", ".opencode",
+          "opencode.json", "opencode.jsonc", ".qwen", ".clinerules", ".kilocode", ".crush.json", ".factory",
+          ".aider.conf.yml", ".junie", "crush.json", ".zed", ".helix", ".theia", ".nvim.lua", ".nvimrc", ".exrc",
+          ".vimrc", ".gvimrc", ".lazy.lua", ".dir-locals.el", ".dir-locals-2.el", ".sdkmanrc")
+# mise reads its configuration in every directory from the one it runs in up to the
+# root, under all these names: each profile's (MISE_ENV: mise.ENV.toml) and local
+# variants, and those of rtx, its former name (mise's docs, Configuration and Profiles;
+# review 32: `.rtx.toml`, `.config/mise.local.toml`, `sub/mise.local.toml` stayed).
+MISE_GLOBS = (".mise.*.toml", "mise.*.toml", ".rtx.toml", ".rtx.*.toml")
+# In a `.config` directory at the top or below it: mise's directory and files there.
+CONFIG_DIR_GLOBS = ("mise", "mise.toml", "mise.*.toml")
+# Paths that execute on the host later: on `cd` (direnv, mise), in the editor (VS Code's and
+# JetBrains' tasks, settings, run configurations, workspaces), when a dev container is built,
+# when an agent runs there (Claude Code's hooks and MCP servers), and `.git` (below).
+PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.local.toml", "mise.local.toml",
+             ".mise", "mise", ".config/mise.toml", ".config/mise", ".vscode", ".idea", ".devcontainer",
+             ".devcontainer.json", ".claude", ".mcp.json", ".run", ".fleet",
+             # what package managers run when someone builds on the host: cargo's
+             # rustc-wrapper and aliases, yarn's yarnPath, npm's node-options and
+             # script-shell, pnpm's hooks file
+             ".cargo/config.toml", ".cargo/config", ".yarnrc.yml", ".yarnrc", ".npmrc", ".pnpmfile.cjs",
+             # a toolchain at a path of the workload's: rustup's `path`, mise's `path:` versions
+             "rust-toolchain", "rust-toolchain.toml", ".tool-versions",
+             # Mercurial's, Jujutsu's and Sapling's repository settings: extensions
+             # (Python code), hooks, pagers and diff tools that `hg status`, `jj log` and
+             # `sl status` run (review 15), and a shared repository's path, whose settings
+             # they read instead (review 28); below the top: VCS_SETTINGS
+             ".hg/hgrc", ".hg/hgrc-not-shared", ".hg/sharedpath", ".jj/repo/config.toml",
+             ".jj/workspace-config.toml", ".sl/config", ".sl/sharedpath", *AGENTS)
+# Names of a kind at the top and in every directory below it (MISE_GLOBS: mise's
+# profiles and local files, and rtx's, its former name; review 32), and editor workspaces.
+PROTECTED_GLOBS = ("*.code-workspace", *MISE_GLOBS)
+# Protected wherever they are in the project (below its top, outside node_modules): what
+# runs on the host when someone works in that directory (direnv on cd, cargo, npm, yarn
+# and pnpm when they build there, mise, Claude Code and MCP clients started there, a dev
+# container opened there).
+DEEP = frozenset({".envrc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".cargo", ".mise.toml", "mise.toml",
+                  ".mise", "mise", ".claude", ".mcp.json", ".devcontainer", ".devcontainer.json", ".gitmodules",
+                  # an editor opened on a module's directory
+                  ".vscode", ".idea", ".run", ".fleet",
+                  # a toolchain at a path of the workload's: rustup's `path`, mise's `path:`
+                  "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS})
+# The paths of a git directory a workflow may leave to the workload for real.
+SHADOWED = (".git/hooks", ".git/config", ".git/info")
+# What a workflow may unprotect (unprotected_paths; the schema's enum).
+UNPROTECTABLE = PROTECTED + SHADOWED + (".git/modules",)
+# Changed paths a pipeline should look at before it trusts the result: CI definitions,
+# build scripts and wrappers, lockfiles, hook managers, agent instructions.
+WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "azure-pipelines.yml", ".buildkite",
+           "pom.xml", "mvnw", ".mvn", "build.gradle", "build.gradle.kts", "settings.gradle", "settings.gradle.kts",
+           "gradlew", "gradle/wrapper", "package.json", "package-lock.json", "yarn.lock", "pnpm-lock.yaml",
+           "Makefile", "setup.py", "setup.cfg", "pyproject.toml", "tox.ini", "noxfile.py", "requirements.txt",
+           "poetry.lock", "uv.lock", "Pipfile.lock", "Cargo.lock", "go.sum", "Gemfile.lock", "Dockerfile",
+           "docker-compose.yml", "compose.yaml", ".pre-commit-config.yaml", ".husky", "CLAUDE.md",
+           "AGENTS.md", "GNUmakefile", "makefile", "go.mod", "go.work", "buildSrc", "gradle.properties",
+           "docker-compose.yaml", "compose.yml", "docker-compose.override.yml", "docker-compose.override.yaml",
+           "compose.override.yml", "compose.override.yaml", "Cargo.toml", "build.rs", "justfile", "Taskfile.yml",
+           "Gemfile", "Rakefile", "pnpm-workspace.yaml",
+           # which interpreter the host's version managers pick here (pyenv, nvm, rbenv, jenv)
+           ".python-version", ".nvmrc", ".node-version", ".ruby-version", ".java-version",
+           # what tools and editors' linters load and run from the project when they start
+           "conftest.py", "pytest.ini", "pytest.toml", ".pytest.ini", "tox.toml", ".pylintrc", "pylintrc", "mypy.ini",
+           ".mypy.ini", ".flake8", ".coveragerc",
+           "eslint.config.js", "eslint.config.mjs", "eslint.config.cjs", "eslint.config.ts", ".eslintrc.js",
+           ".eslintrc.cjs", "prettier.config.js", ".prettierrc.js", "jest.config.js", "jest.config.ts",
+           "vite.config.js", "vite.config.ts", "vitest.config.js", "vitest.config.ts", "tailwind.config.js",
+           "svelte.config.js", "babel.config.js", ".babelrc.js", "webpack.config.js",
+           # other agents' instructions
+           "GEMINI.md", ".cursorrules", ".windsurfrules", ".github/copilot-instructions.md",
+           # what hides a file from a review of `git status` (review 15: a .gitignore that
+           # ignores itself and a test beside it), drivers git runs by path, compose's and
+           # tools' environment (.env: COMPOSE_FILE names another compose file)
+           ".gitignore", ".gitattributes", ".env",
+           # review 16: local GitHub actions a watched workflow runs, other build systems'
+           # entry points and tools' startup files that run code of the project's
+           ".github/actions", ".gitlab", ".storybook", "CMakeLists.txt", "CMakePresets.json", "meson.build",
+           "configure", "configure.ac", "build.xml", "build.sbt", "SConstruct", "Vagrantfile", "flake.nix",
+           "shell.nix", "default.nix", "devenv.nix", "composer.json", "deno.json", "deno.jsonc", "WORKSPACE",
+           "WORKSPACE.bazel", "MODULE.bazel", ".bazelrc", ".bazelversion", ".golangci.yml", ".golangci.yaml",
+           ".Rprofile", ".ghci", "bunfig.toml", ".rspec", ".irbrc", ".pryrc", "Procfile", "Tiltfile",
+           # sbt's JVM and launcher options (-javaagent; review 32)
+           ".jvmopts", ".sbtopts")
+# The same for names of a kind, at the top: JavaScript tools' configuration modules
+# (loaded, so run, by the tool: ESLint, Prettier, Babel, Jest, lint-staged, commitlint...).
+WATCHED_GLOBS = ("*.config.js", "*.config.cjs", "*.config.mjs", "*.config.ts", "*.config.cts", "*.config.mts",
+                 ".*rc", ".*rc.js", ".*rc.cjs", ".*rc.mjs", ".*rc.ts", ".*rc.json", ".*rc.yml", ".*rc.yaml",
+                 ".*rc.toml", "*.conf.js", "Gruntfile.*", "gulpfile.*", ".env.*")
+# Build entry points watched in every directory below the top too (outside
+# node_modules): a module's own `.mvn/jvm.config` or Makefile runs when someone builds
+# in that directory.
+WATCHED_DEEP = frozenset({".mvn", "mvnw", "pom.xml", "build.gradle", "build.gradle.kts", "settings.gradle",
+                          "settings.gradle.kts", "gradle.properties", "gradlew", "package.json", "Makefile",
+                          "GNUmakefile", "makefile", "Cargo.toml", "build.rs", "go.mod", "pyproject.toml", "setup.py",
+                          "conftest.py", "CLAUDE.md", "AGENTS.md", "pytest.ini", "pytest.toml", ".pytest.ini",
+                          "tox.ini", "setup.cfg", ".gitignore", ".gitattributes", "CMakeLists.txt", "meson.build",
+                          "build.xml", "build.sbt", "composer.json", "deno.json", "BUILD.bazel", "BUILD",
+                          # direnv's load_dotenv reads it in any directory (review 32), sbt's options
+                          ".env", ".jvmopts", ".sbtopts"})
+# Environments the host's tools and editors run from (present_exposed): said wherever
+# they are; a Python one by its pyvenv.cfg or conda-meta where the name is common.
+ENV_DIRS = frozenset({"node_modules", ".venv", "venv", "env", ".conda"})
+
+
+# Names of a kind protected in every directory below the top too.
+DEEP_GLOBS = PROTECTED_GLOBS
+_DEEP_GLOBS = re.compile("|".join(fnmatch.translate(g) for g in DEEP_GLOBS))
+_CONFIG_DIR = re.compile("|".join(fnmatch.translate(g) for g in CONFIG_DIR_GLOBS))
+
+
+def deep_name(name: str) -> bool:
+    """NAME, in a directory below the project's top, is protected (DEEP, DEEP_GLOBS)."""
+    return name in DEEP or _DEEP_GLOBS.match(name) is not None
+
+
+def top_glob(name: str) -> bool:
+    """NAME, at the project's top, is protected by a glob (PROTECTED_GLOBS)."""
+    return _DEEP_GLOBS.match(name) is not None
+
+
+def config_dir_name(name: str) -> bool:
+    """NAME, in a `.config` directory of the project (any depth), is protected."""
+    return _CONFIG_DIR.match(name) is not None
+
+
+def protected_parts(parts: list[str]) -> bool:
+    """The path PARTS (from the project's top) is or lies in a protected name (a DEEP one
+    anywhere below the top, a glob's at the top, mise's in a `.config`)."""
+    return top_glob(parts[0]) or any(deep_name(p) for p in parts[1:]) \
+        or any(p == ".config" and config_dir_name(q) for p, q in zip(parts, parts[1:]))
