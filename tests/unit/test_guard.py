@@ -1196,7 +1196,10 @@ MISE_AND_JJ = [".rtx.toml", ".rtx.local.toml", ".rtx.ci.toml", ".config/mise.loc
                ".config/mise/config.toml", ".mise.ci.local.toml", "sub/mise.local.toml", "sub/.mise.local.toml",
                "sub/.rtx.toml", "sub/mise/config.toml", "sub/.config/mise/config.toml", "sub/.config/mise.local.toml",
                "sub/mise.dev.toml", "sub/.config/mise.toml", "deep/er/.mise.staging.toml",
-               ".jj/workspace-config.toml", "sub/.jj/workspace-config.toml"]
+               ".jj/workspace-config.toml", "sub/.jj/workspace-config.toml",
+               # mise's early settings, read with no trust check, rename the files it loads
+               # (override_config_filenames; review 33)
+               ".miserc.toml", ".config/miserc.toml", "sub/.miserc.toml", "sub/.config/miserc.toml"]
 
 
 def test_every_mise_and_jujutsu_setting_anywhere_is_put_back(repo):
@@ -1217,6 +1220,21 @@ def test_every_mise_and_jujutsu_setting_anywhere_is_put_back(repo):
     assert missed == [], missed
     assert rec["restored"] and [r for r in MISE_AND_JJ if r != "sub/mise.local.toml" and (repo / r).exists()] == []
     assert (repo / "sub/mise.local.toml").read_text() == "[tools]\nnode = '22'\n"
+
+
+def test_a_config_directory_below_the_top_that_becomes_a_link_is_put_back(repo):
+    """Review 33: `sub/.config` made a link to a directory of the workload's (under
+    node_modules, which nothing protects) holding mise.toml: the walk looked into real
+    `.config` directories only, so mise in sub/ read the workload's settings through the
+    link. A `.config` below the top that is a link is kept itself, like `.hg`."""
+    (repo / "node_modules/evil").mkdir(parents=True)
+    (repo / "sub").mkdir()
+    g = guarded(repo)
+    (repo / "node_modules/evil/mise.toml").write_text("[hooks]\nenter = 'id'\n")
+    (repo / "sub/.config").symlink_to("../node_modules/evil")
+    rec = g.check()
+    assert "sub/.config" in {r["path"] for r in rec["refused"]}, rec["refused"]
+    assert rec["restored"] and not os.path.lexists(repo / "sub/.config")
 
 
 def test_a_nested_mercurial_repositorys_own_settings_are_kept_as_they_were(repo):

@@ -490,8 +490,9 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
             if rel and not in_modules and deep_name(e.name):
                 deep.append(child)
                 continue
-            if rel and not in_modules and e.name == ".config" and is_dir:
-                deep += config_names(root, child)
+            if rel and not in_modules and e.name == ".config":
+                # A link (or file) is kept itself: mise reads through it (review 33).
+                deep += config_names(root, child) if is_dir else [child]
             if rel and not in_modules and e.name in VCS_SETTINGS:  # a link or file: itself (review 29)
                 deep += [f"{child}/{s}" for s in VCS_SETTINGS[e.name] if vcs_setting(root / child / s)] \
                     if is_dir else [child]

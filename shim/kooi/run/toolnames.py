@@ -21,9 +21,12 @@ AGENTS = (".gemini", ".cursor", ".codex", ".amazonq", ".roo", ".kiro", ".windsur
 # root, under all these names: each profile's (MISE_ENV: mise.ENV.toml) and local
 # variants, and those of rtx, its former name (mise's docs, Configuration and Profiles;
 # review 32: `.rtx.toml`, `.config/mise.local.toml`, `sub/mise.local.toml` stayed).
-MISE_GLOBS = (".mise.*.toml", "mise.*.toml", ".rtx.toml", ".rtx.*.toml")
+# Its early settings (`.miserc.toml`, `.config/miserc.toml`), read with no trust check,
+# rename the files it then loads (override_config_filenames, override_tool_versions_
+# filenames; review 33): protected like the rest.
+MISE_GLOBS = (".mise.*.toml", "mise.*.toml", ".rtx.toml", ".rtx.*.toml", ".miserc.toml")
 # In a `.config` directory at the top or below it: mise's directory and files there.
-CONFIG_DIR_GLOBS = ("mise", "mise.toml", "mise.*.toml")
+CONFIG_DIR_GLOBS = ("mise", "mise.toml", "mise.*.toml", "miserc.toml")
 # Paths that execute on the host later: on `cd` (direnv, mise), in the editor (VS Code's and
 # JetBrains' tasks, settings, run configurations, workspaces), when a dev container is built,
 # when an agent runs there (Claude Code's hooks and MCP servers), and `.git` (below).
@@ -93,8 +96,9 @@ WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "a
            "shell.nix", "default.nix", "devenv.nix", "composer.json", "deno.json", "deno.jsonc", "WORKSPACE",
            "WORKSPACE.bazel", "MODULE.bazel", ".bazelrc", ".bazelversion", ".golangci.yml", ".golangci.yaml",
            ".Rprofile", ".ghci", "bunfig.toml", ".rspec", ".irbrc", ".pryrc", "Procfile", "Tiltfile",
-           # sbt's JVM and launcher options (-javaagent; review 32)
-           ".jvmopts", ".sbtopts")
+           # sbt's JVM and launcher options (-javaagent; review 32), mise's file tasks
+           # (`mise run`, like a Makefile; review 33)
+           ".jvmopts", ".sbtopts", "mise-tasks", ".mise-tasks")
 # The same for names of a kind, at the top: JavaScript tools' configuration modules
 # (loaded, so run, by the tool: ESLint, Prettier, Babel, Jest, lint-staged, commitlint...).
 WATCHED_GLOBS = ("*.config.js", "*.config.cjs", "*.config.mjs", "*.config.ts", "*.config.cts", "*.config.mts",
@@ -110,7 +114,7 @@ WATCHED_DEEP = frozenset({".mvn", "mvnw", "pom.xml", "build.gradle", "build.grad
                           "tox.ini", "setup.cfg", ".gitignore", ".gitattributes", "CMakeLists.txt", "meson.build",
                           "build.xml", "build.sbt", "composer.json", "deno.json", "BUILD.bazel", "BUILD",
                           # direnv's load_dotenv reads it in any directory (review 32), sbt's options
-                          ".env", ".jvmopts", ".sbtopts"})
+                          ".env", ".jvmopts", ".sbtopts", "mise-tasks", ".mise-tasks"})
 # Environments the host's tools and editors run from (present_exposed): said wherever
 # they are; a Python one by its pyvenv.cfg or conda-meta where the name is common.
 ENV_DIRS = frozenset({"node_modules", ".venv", "venv", "env", ".conda"})
