@@ -50,6 +50,7 @@ class RunRecord:
     requests: list[dict[str, Any]] = field(default_factory=list)
     active: int = 0  # requests of the run being forwarded now (injectproxy.ProxyServer.take_slot)
     body_bytes: int = 0  # memory its request bodies hold now (injectproxy.ProxyServer.take_bytes)
+    shared_bytes: int = 0  # of body_bytes, what comes from the memory all runs share
     logged: int = 0  # its entries in the access log (injectproxy.ProxyServer.write_log)
     not_logged: int = 0  # its requests past LOG_PER_RUN
     released: bool = False

@@ -485,7 +485,7 @@ class ProxyServer(http.server.ThreadingHTTPServer):
             if rec.body_bytes + n > RUN_BODY_BYTES:
                 return 429, (f"this run's request bodies would hold more than {RUN_BODY_BYTES >> 20} MiB of the "
                              "injector's memory at once")
-            while self.shared_bytes + _beyond(rec.body_bytes + n) - _beyond(rec.body_bytes) > BODY_BYTES:
+            while self.shared_bytes + _beyond(rec.body_bytes + n) - rec.shared_bytes > BODY_BYTES:
                 if rec.released:
                     return 401, "the placeholder's run was released"
                 left = deadline - time.monotonic()
@@ -493,7 +493,9 @@ class ProxyServer(http.server.ThreadingHTTPServer):
                 if left <= 0 or (not self.bytes_freed.wait(min(left, 0.5)) and left <= 0.5):
                     return 503, (f"the injector's {BODY_BYTES >> 20} MiB of request body memory that runs share "
                                  f"(beyond each run's own {RUN_RESERVED_BYTES >> 20} MiB) are taken")
-            self.shared_bytes += _beyond(rec.body_bytes + n) - _beyond(rec.body_bytes)
+            more = max(0, _beyond(rec.body_bytes + n) - rec.shared_bytes)
+            self.shared_bytes += more
+            rec.shared_bytes += more
             rec.body_bytes += n
             self.body_bytes += n
             return None
@@ -501,7 +503,11 @@ class ProxyServer(http.server.ThreadingHTTPServer):
     def give_bytes(self, rec: RunRecord, n: int) -> None:
         if n:
             with self.slot_lock:
-                self.shared_bytes -= _beyond(rec.body_bytes) - _beyond(rec.body_bytes - n)
+                # What the run held of the shared is kept with it: the sum over the runs
+                # is the shared total whatever the bounds were when it was taken.
+                less = rec.shared_bytes - min(rec.shared_bytes, _beyond(rec.body_bytes - n))
+                self.shared_bytes -= less
+                rec.shared_bytes -= less
                 rec.body_bytes -= n
                 self.body_bytes -= n
                 self.bytes_freed.notify_all()
