@@ -1237,6 +1237,45 @@ def test_a_config_directory_below_the_top_that_becomes_a_link_is_put_back(repo):
     assert rec["restored"] and not os.path.lexists(repo / "sub/.config")
 
 
+# Review 34: what other tools on the host read and run, unprotected and unlisted before.
+TOOLS_PROTECTED = [
+    ".github/hooks/evil.json", "sub/.github/hooks/evil.json", ".github/mcp.json",  # Copilot's and VS Code's hooks
+    ".augment/settings.json", "sub/.augment/settings.local.json", ".amp/settings.json",  # agents' hooks, rules
+    ".python-version", "pkg/a/.python-version", ".pdm-python", ".nvmrc",  # an interpreter by path (uv, pdm)
+    "tools/bazel", "sub/tools/bazel.linux-x86_64",  # what Bazelisk runs instead of Bazel
+    ".bundle/config", "sub/.bundle/config",  # BUNDLE_GEMFILE
+    ".prototools", "sub/.prototools",  # proto's [env] and plugins
+    ".Renviron", "sub/.Rprofile", "sub/.iex.exs", ".irbrc",  # what interpreters run when they start
+    "fixtures/remote.git/config", "fixtures/remote.git/hooks/pre-push",  # a bare repository the project had
+]
+TOOLS_WATCHED = ["apps/web/tailwind.config.js", "apps/web/.eslintrc.js", "Justfile", "sub/justfile",
+                 "Directory.Build.props", "sub/Directory.Build.targets", ".rubocop.yml", "ansible.cfg",
+                 ".config/nextest.toml", "mix.exs", "sub/ansible.cfg"]
+
+
+def test_what_other_host_tools_read_and_run_is_put_back_or_listed(repo):
+    """Review 34: Copilot's `.github/hooks`, Augment's and Amp's settings, interpreters by
+    path in version files (uv's `.python-version`), Bazelisk's `tools/bazel`, Bundler's
+    `.bundle/config`, proto's `.prototools`, R's and other interpreters' startup files,
+    and the settings of a bare repository the project holds stayed, unlisted; build
+    entry points of other tools and JavaScript configuration modules below the top were
+    not watched."""
+    subprocess.run(["git", "init", "-q", "--bare", str(repo / "fixtures/remote.git")], check=True)
+    g = guarded(repo)
+    for rel in TOOLS_PROTECTED + TOOLS_WATCHED:
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        with open(repo / rel, "a") as f:
+            f.write("/tmp/evil\n")
+    rec = g.check()
+    refused = {r["path"] for r in rec["refused"]}
+    missed = [r for r in TOOLS_PROTECTED if not any(r == p or r.startswith(p + "/") for p in refused)]
+    assert missed == [], missed
+    watched = {c["path"] for c in rec["watched_changed"]}
+    unseen = [r for r in TOOLS_WATCHED if not any(r == p or r.startswith(p + "/") for p in watched)]
+    assert unseen == [], (unseen, sorted(watched))
+    assert (repo / "fixtures/remote.git/config").read_text().startswith("[core]")
+
+
 def test_a_nested_mercurial_repositorys_own_settings_are_kept_as_they_were(repo):
     """The settings a nested repository had before the run are protected like the top's."""
     (repo / "vendor/.hg/store").mkdir(parents=True)

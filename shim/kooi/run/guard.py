@@ -52,9 +52,9 @@ from .made import KEEP as KEEP  # re-exported: where kept work goes
 from .made import MadeByWorkload
 from .protected import (
     MAX_WALK,
-    config_names,
     config_targets,
     is_git_data,
+    nested_top,
     package_targets,
     present_exposed,
     py_modules,
@@ -123,7 +123,7 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
     def paths(self) -> tuple[str, ...]:
         globs = []
         try:
-            globs = [n for n in os.listdir(self.root) if top_glob(n)] + config_names(self.root, ".config")
+            globs = [n for n in os.listdir(self.root) if top_glob(n)] + nested_top(self.root)
         except OSError:
             pass
         return tuple(dict.fromkeys(p for p in (*PROTECTED, *self.extra, *self.git_dirs[1:], *globs)

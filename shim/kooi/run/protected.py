@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .links import leads_out
-from .toolnames import ENV_DIRS, WATCHED_DEEP, config_dir_name, deep_name
+from .toolnames import ENV_DIRS, NESTED, deep_name, nested_name, watched_deep
 from .vcsconf import VCS_SETTINGS, vcs_setting
 
 # Python modules the host imports from the project's top when someone runs `python3 -m
@@ -421,17 +421,22 @@ def is_layout(names: set[str]) -> bool:
     return "HEAD" in names and (BARE <= names or "commondir" in names)
 
 
-def config_names(root: Path, rel: str) -> list[str]:
-    """The protected names in the `.config` directory REL of ROOT (mise's), as paths;
-    none where REL is not a directory of its own (a link is not followed)."""
+def nested_names(root: Path, rel: str) -> list[str]:
+    """The protected names (NESTED) in the directory REL of ROOT, as paths; none where
+    REL is not a directory of its own (a link is not followed)."""
     try:
         fd = os.open(root / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return []
     try:
-        return sorted(f"{rel}/{n}" for n in os.listdir(fd) if config_dir_name(n))
+        return sorted(f"{rel}/{n}" for n in os.listdir(fd) if nested_name(os.path.basename(rel), n))
     finally:
         os.close(fd)
+
+
+def nested_top(root: Path) -> list[str]:
+    """The NESTED names in the directories of those names at ROOT's top."""
+    return [p for d in NESTED for p in nested_names(root, d)]
 
 
 def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = None,
@@ -440,7 +445,8 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
                  envs: list[str] | None = None,
                  packages: list[str] | None = None) -> tuple[list[str], list[str], list[str], bool]:
     """One walk of ROOT, never through a symlink and never into a git directory: every
-    `.git` below the top (directories, other entries), every DEEP name below the top (and mise's in a `.config` there)
+    `.git` below the top (directories, other entries), every DEEP name below the top (NESTED ones in directories of those names, a bare
+    repository's settings)
     (outside node_modules), complete: False when ROOT holds more than LIMIT entries.
     BARE gets every directory that holds a bare repository's layout ("." for ROOT);
     BLIND every directory the caller cannot list (what is in it is unchecked: a
@@ -490,13 +496,13 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
             if rel and not in_modules and deep_name(e.name):
                 deep.append(child)
                 continue
-            if rel and not in_modules and e.name == ".config":
-                # A link (or file) is kept itself: mise reads through it (review 33).
-                deep += config_names(root, child) if is_dir else [child]
+            if rel and not in_modules and e.name in NESTED:
+                # A link (or file) is kept itself: tools read through it (review 33).
+                deep += nested_names(root, child) if is_dir else [child]
             if rel and not in_modules and e.name in VCS_SETTINGS:  # a link or file: itself (review 29)
                 deep += [f"{child}/{s}" for s in VCS_SETTINGS[e.name] if vcs_setting(root / child / s)] \
                     if is_dir else [child]
-            if watched is not None and rel and not in_modules and e.name in WATCHED_DEEP:
+            if watched is not None and rel and not in_modules and watched_deep(e.name, in_env):
                 watched.append(child)
             link = e.is_symlink()
             out = link and links is not None and not in_env and leads_out(root, real_root, child)
@@ -521,4 +527,8 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
                              not link and e.name in stems))
         if bare is not None and is_layout(names):
             bare.append(rel or ".")
+        if rel and not in_modules and is_layout(names):
+            # A bare repository's settings, like a `.git`'s (review 34: a test fixture's
+            # `remote.git`, Jujutsu's `.jj/repo/store/git`: git run there reads them).
+            deep += [f"{rel}/{n}" for n in sorted(names) if not is_git_data(n)]
     return sorted(dirs), sorted(others), sorted(deep), True

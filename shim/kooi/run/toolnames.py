@@ -1,6 +1,6 @@
 """The names of what tools on the host read from a project and run: protected (kept as
 they were before the run, or removed), at the top (PROTECTED, PROTECTED_GLOBS) and in
-every directory below it (DEEP, DEEP_GLOBS, CONFIG_DIR_GLOBS in a `.config` there), and
+every directory below it (DEEP, DEEP_GLOBS, NESTED in directories of those names), and
 watched (listed when they change: WATCHED, WATCHED_GLOBS, WATCHED_DEEP). run.protected
 finds them in a project, run.guard keeps them. docs/workflows.md says what is on the
 lists and why."""
@@ -16,7 +16,17 @@ import re
 AGENTS = (".gemini", ".cursor", ".codex", ".amazonq", ".roo", ".kiro", ".windsurf", ".continue", ".opencode",
           "opencode.json", "opencode.jsonc", ".qwen", ".clinerules", ".kilocode", ".crush.json", ".factory",
           ".aider.conf.yml", ".junie", "crush.json", ".zed", ".helix", ".theia", ".nvim.lua", ".nvimrc", ".exrc",
-          ".vimrc", ".gvimrc", ".lazy.lua", ".dir-locals.el", ".dir-locals-2.el", ".sdkmanrc")
+          ".vimrc", ".gvimrc", ".lazy.lua", ".dir-locals.el", ".dir-locals-2.el", ".sdkmanrc",
+          # Augment's and Amp's project settings (hooks that apply to all contributors,
+          # permission rules; review 34)
+          ".augment", ".amp")
+# Which interpreter or toolchain the host's version managers run here: uv takes a path in
+# `.python-version` (review 34), pyenv and rbenv read version names as paths before
+# their 2022 fixes, pdm's `.pdm-python` is the interpreter's path, proto's `.prototools`
+# sets the environment and plugins of what it runs; and what interactive interpreters run
+# when they start here (R's `.Rprofile` and `.Renviron`, GHCi's, irb's, pry's, IEx's).
+VERSIONS = (".python-version", ".pdm-python", ".ruby-version", ".node-version", ".nvmrc", ".java-version",
+            ".prototools", ".Rprofile", ".Renviron", ".ghci", ".irbrc", ".pryrc", ".iex.exs")
 # mise reads its configuration in every directory from the one it runs in up to the
 # root, under all these names: each profile's (MISE_ENV: mise.ENV.toml) and local
 # variants, and those of rtx, its former name (mise's docs, Configuration and Profiles;
@@ -25,8 +35,15 @@ AGENTS = (".gemini", ".cursor", ".codex", ".amazonq", ".roo", ".kiro", ".windsur
 # rename the files it then loads (override_config_filenames, override_tool_versions_
 # filenames; review 33): protected like the rest.
 MISE_GLOBS = (".mise.*.toml", "mise.*.toml", ".rtx.toml", ".rtx.*.toml", ".miserc.toml")
-# In a `.config` directory at the top or below it: mise's directory and files there.
-CONFIG_DIR_GLOBS = ("mise", "mise.toml", "mise.*.toml", "miserc.toml")
+# What is protected in a directory of these names, at the top and below it (a link of
+# such a name below the top is kept itself: tools read through it, review 33): mise's in
+# `.config`; GitHub Copilot's (and VS Code's agent) hooks and Copilot's MCP servers in
+# `.github`; Bundler's settings in `.bundle` (BUNDLE_GEMFILE names the Ruby it
+# evaluates); the wrapper Bazelisk runs instead of Bazel in `tools` (review 34).
+NESTED = {".config": ("mise", "mise.toml", "mise.*.toml", "miserc.toml"), ".github": ("hooks", "mcp.json"),
+          ".bundle": ("config",), "tools": ("bazel", "bazel.*")}
+# The literal ones, protected at the top by path (a parent made a link there is seen).
+NESTED_PATHS = tuple(f"{d}/{n}" for d, names in NESTED.items() for n in names if "*" not in n)
 # Paths that execute on the host later: on `cd` (direnv, mise), in the editor (VS Code's and
 # JetBrains' tasks, settings, run configurations, workspaces), when a dev container is built,
 # when an agent runs there (Claude Code's hooks and MCP servers), and `.git` (below).
@@ -44,7 +61,8 @@ PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.
              # `sl status` run (review 15), and a shared repository's path, whose settings
              # they read instead (review 28); below the top: VCS_SETTINGS
              ".hg/hgrc", ".hg/hgrc-not-shared", ".hg/sharedpath", ".jj/repo/config.toml",
-             ".jj/workspace-config.toml", ".sl/config", ".sl/sharedpath", *AGENTS)
+             ".jj/workspace-config.toml", ".sl/config", ".sl/sharedpath", *AGENTS, *VERSIONS,
+             *(p for p in NESTED_PATHS if p not in (".config/mise", ".config/mise.toml")))
 # Names of a kind at the top and in every directory below it (MISE_GLOBS: mise's
 # profiles and local files, and rtx's, its former name; review 32), and editor workspaces.
 PROTECTED_GLOBS = ("*.code-workspace", *MISE_GLOBS)
@@ -57,7 +75,7 @@ DEEP = frozenset({".envrc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs",
                   # an editor opened on a module's directory
                   ".vscode", ".idea", ".run", ".fleet",
                   # a toolchain at a path of the workload's: rustup's `path`, mise's `path:`
-                  "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS})
+                  "rust-toolchain", "rust-toolchain.toml", ".tool-versions", *AGENTS, *VERSIONS})
 # The paths of a git directory a workflow may leave to the workload for real.
 SHADOWED = (".git/hooks", ".git/config", ".git/info")
 # What a workflow may unprotect (unprotected_paths; the schema's enum).
@@ -74,8 +92,6 @@ WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "a
            "docker-compose.yaml", "compose.yml", "docker-compose.override.yml", "docker-compose.override.yaml",
            "compose.override.yml", "compose.override.yaml", "Cargo.toml", "build.rs", "justfile", "Taskfile.yml",
            "Gemfile", "Rakefile", "pnpm-workspace.yaml",
-           # which interpreter the host's version managers pick here (pyenv, nvm, rbenv, jenv)
-           ".python-version", ".nvmrc", ".node-version", ".ruby-version", ".java-version",
            # what tools and editors' linters load and run from the project when they start
            "conftest.py", "pytest.ini", "pytest.toml", ".pytest.ini", "tox.toml", ".pylintrc", "pylintrc", "mypy.ini",
            ".mypy.ini", ".flake8", ".coveragerc",
@@ -95,10 +111,18 @@ WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "a
            "configure", "configure.ac", "build.xml", "build.sbt", "SConstruct", "Vagrantfile", "flake.nix",
            "shell.nix", "default.nix", "devenv.nix", "composer.json", "deno.json", "deno.jsonc", "WORKSPACE",
            "WORKSPACE.bazel", "MODULE.bazel", ".bazelrc", ".bazelversion", ".golangci.yml", ".golangci.yaml",
-           ".Rprofile", ".ghci", "bunfig.toml", ".rspec", ".irbrc", ".pryrc", "Procfile", "Tiltfile",
+           "bunfig.toml", ".rspec", "Procfile", "Tiltfile",
            # sbt's JVM and launcher options (-javaagent; review 32), mise's file tasks
            # (`mise run`, like a Makefile; review 33)
-           ".jvmopts", ".sbtopts", "mise-tasks", ".mise-tasks")
+           ".jvmopts", ".sbtopts", "mise-tasks", ".mise-tasks",
+           # review 34: other task runners' spellings, Elixir's, MSBuild's (imported from
+           # every parent directory), NuGet's, RuboCop's `require:`, rspec's, Ansible's
+           # (vault_password_file runs), build servers' (Metals and IntelliJ start their
+           # argv), nextest's setup scripts, Google repo's launcher
+           "Justfile", ".justfile", "Taskfile.yaml", "taskfile.yml", "taskfile.yaml", "Taskfile.dist.yml",
+           "Taskfile.dist.yaml", "mix.exs", ".formatter.exs", "Directory.Build.props", "Directory.Build.targets",
+           "Directory.Packages.props", "nuget.config", "NuGet.Config", ".rubocop.yml", ".rspec-local",
+           "ansible.cfg", ".bsp", ".config/nextest.toml", ".repo")
 # The same for names of a kind, at the top: JavaScript tools' configuration modules
 # (loaded, so run, by the tool: ESLint, Prettier, Babel, Jest, lint-staged, commitlint...).
 WATCHED_GLOBS = ("*.config.js", "*.config.cjs", "*.config.mjs", "*.config.ts", "*.config.cts", "*.config.mts",
@@ -114,7 +138,9 @@ WATCHED_DEEP = frozenset({".mvn", "mvnw", "pom.xml", "build.gradle", "build.grad
                           "tox.ini", "setup.cfg", ".gitignore", ".gitattributes", "CMakeLists.txt", "meson.build",
                           "build.xml", "build.sbt", "composer.json", "deno.json", "BUILD.bazel", "BUILD",
                           # direnv's load_dotenv reads it in any directory (review 32), sbt's options
-                          ".env", ".jvmopts", ".sbtopts", "mise-tasks", ".mise-tasks"})
+                          ".env", ".jvmopts", ".sbtopts", "mise-tasks", ".mise-tasks", "justfile", "Justfile",
+                          ".justfile", "Taskfile.yml", "Taskfile.yaml", "mix.exs", "Directory.Build.props",
+                          "Directory.Build.targets", "nuget.config", "NuGet.Config", ".rubocop.yml", "ansible.cfg"})
 # Environments the host's tools and editors run from (present_exposed): said wherever
 # they are; a Python one by its pyvenv.cfg or conda-meta where the name is common.
 ENV_DIRS = frozenset({"node_modules", ".venv", "venv", "env", ".conda"})
@@ -123,7 +149,10 @@ ENV_DIRS = frozenset({"node_modules", ".venv", "venv", "env", ".conda"})
 # Names of a kind protected in every directory below the top too.
 DEEP_GLOBS = PROTECTED_GLOBS
 _DEEP_GLOBS = re.compile("|".join(fnmatch.translate(g) for g in DEEP_GLOBS))
-_CONFIG_DIR = re.compile("|".join(fnmatch.translate(g) for g in CONFIG_DIR_GLOBS))
+_NESTED = {d: re.compile("|".join(fnmatch.translate(g) for g in names)) for d, names in NESTED.items()}
+# The top's WATCHED_GLOBS (JavaScript tools' configuration modules) below it too:
+# editors' extensions load them from every module of a workspace (review 34).
+_WATCHED_GLOBS = re.compile("|".join(fnmatch.translate(g) for g in WATCHED_GLOBS))
 
 
 def deep_name(name: str) -> bool:
@@ -136,13 +165,19 @@ def top_glob(name: str) -> bool:
     return _DEEP_GLOBS.match(name) is not None
 
 
-def config_dir_name(name: str) -> bool:
-    """NAME, in a `.config` directory of the project (any depth), is protected."""
-    return _CONFIG_DIR.match(name) is not None
+def nested_name(directory: str, name: str) -> bool:
+    """NAME, in a directory named DIRECTORY (NESTED) anywhere in the project, is protected."""
+    return directory in _NESTED and _NESTED[directory].match(name) is not None
+
+
+def watched_deep(name: str, in_env: bool = False) -> bool:
+    """NAME, below the project's top, is watched (WATCHED_DEEP, and WATCHED_GLOBS outside
+    the environments: a package's own `.*rc` there is no project's configuration)."""
+    return name in WATCHED_DEEP or not in_env and _WATCHED_GLOBS.match(name) is not None
 
 
 def protected_parts(parts: list[str]) -> bool:
     """The path PARTS (from the project's top) is or lies in a protected name (a DEEP one
-    anywhere below the top, a glob's at the top, mise's in a `.config`)."""
+    anywhere below the top, a glob's at the top, a NESTED one anywhere)."""
     return top_glob(parts[0]) or any(deep_name(p) for p in parts[1:]) \
-        or any(p == ".config" and config_dir_name(q) for p, q in zip(parts, parts[1:]))
+        or any(nested_name(p, q) for p, q in zip(parts, parts[1:]))
