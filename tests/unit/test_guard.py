@@ -1276,6 +1276,42 @@ def test_what_other_host_tools_read_and_run_is_put_back_or_listed(repo):
     assert (repo / "fixtures/remote.git/config").read_text().startswith("[core]")
 
 
+def test_review_35_start_up_files_links_at_the_top_and_committed_repositories(repo):
+    """Review 35: `.pdbrc` (pdb runs it at every breakpoint()) and other start-up files
+    were only watched or unknown; a `.github` that was a link to ci/github let
+    `ci/github/hooks/` through; a bare repository's layout or a nested Mercurial
+    repository's hgrc committed and removed from the work tree was not judged (the
+    host's `git checkout -- .` writes it back, and git log there runs its pager)."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    (repo / "ci/github").mkdir(parents=True)
+    (repo / ".github").symlink_to("ci/github")
+    g = guarded(repo)
+    for rel in (".pdbrc", "sub/.pdbrc", "hie.yaml", "_irbrc", "ci/github/hooks/h.json", "ci/github/mcp.json",
+                "uv.toml", "pixi.toml", ".terraform/providers/p/terraform-provider-x"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("import os; os.system('id')\n")
+    for rel in ("docs/HEAD", "docs/objects/.keep", "docs/refs/heads/.keep", "docs/config", "vendor/lib/.hg/hgrc"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("ref: refs/heads/main\n" if rel.endswith("HEAD") else "[core]\npager = id\n")
+    git(repo, "add", "-f", "docs", "vendor")
+    git(repo, "commit", "-qm", "work")
+    git(repo, "rm", "-rq", "--cached", "docs", "vendor")
+    git(repo, "commit", "-qm", "gone")
+    for rel in ("docs", "vendor"):
+        subprocess.run(["rm", "-rf", str(repo / rel)], check=True)
+    rec = g.check()
+    refused = {r["path"] for r in rec["refused"]}
+    missed = [r for r in (".pdbrc", "sub/.pdbrc", "hie.yaml", "_irbrc", "ci/github/hooks/h.json", "ci/github/mcp.json")
+              if not any(r == p or r.startswith(p + "/") for p in refused)]
+    assert missed == [], (missed, sorted(refused))
+    watched = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert {"uv.toml", "pixi.toml"} <= set(watched), watched
+    assert "a bare repository" in watched.get("docs/HEAD", ""), watched
+    assert "vendor/lib/.hg/hgrc" in watched, watched
+    assert ".terraform" in {e["path"] for e in rec["exposed"]}, rec["exposed"]
+
+
 def test_a_nested_mercurial_repositorys_own_settings_are_kept_as_they_were(repo):
     """The settings a nested repository had before the run are protected like the top's."""
     (repo / "vendor/.hg/store").mkdir(parents=True)

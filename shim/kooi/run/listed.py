@@ -96,6 +96,11 @@ class Listed:
             if target.startswith("/") or not (dest == "/top" or dest.startswith("/top/")):
                 return f"a symlink out of the project (to {target[:120]})"
             return None
+        if name == "HEAD" and all(any(n.startswith(f"{parent}/{d}/" if parent else f"{d}/") for n in names)
+                                  for d in ("objects", "refs")):
+            # git finds a repository there: HEAD, objects/ and refs/ (review 35: committed,
+            # then checked out by the host, its config's pager ran at `git log` there)
+            return "a bare repository's layout (HEAD, objects/, refs/)"
         if not parent and (shadow := py_shadow_name(name)) and shadow not in self.py_own:
             return f"a module that shadows the host's Python module {shadow}"
         # siblings matter for an extension module only (compiled()): not listed for others
@@ -168,7 +173,7 @@ class Listed:
         for commit, source, rel, mode, oid in changes[:MAX_CHANGES]:
             if at + rel in done or rel == ".gitmodules" and oid in EMPTY_BLOBS:
                 continue
-            if commit not in names and (rel.rpartition("/")[2].startswith("__init__.") or rel.endswith(".so")):
+            if commit not in names and _needs_names(rel):
                 names[commit] = {at + n for n in _tree_names(gitdir, commit)}
             target = git_plumbing(gitdir, "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
             if (why := self._risky(at + rel, mode, target, names.get(commit, set()))) is not None:
@@ -228,7 +233,7 @@ class Listed:
             for rel, mode, oid in changes[:MAX_CHANGES]:
                 if rel == ".gitmodules" and oid in EMPTY_BLOBS:
                     continue  # the guard's own while the run lasted (a stash took it): configures nothing
-                if names is None and (rel.rpartition("/")[2].startswith("__init__.") or rel.endswith(".so")):
+                if names is None and _needs_names(rel):
                     names = {at + n for n in _tree_names(gitdir, new)}
                 target = git_plumbing(gitdir, "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
                 if (why := self._risky(at + rel, mode, target, names or set())) is not None:
@@ -270,3 +275,11 @@ class Listed:
             out.append({"path": f"{repo.git}/HEAD", "change": f"now names {head[:200] or '(nothing)'} "
                                                               f"(was {repo.head[:200] or '(nothing)'})"})
         return out
+
+
+def _needs_names(rel: str) -> bool:
+    """Judging REL needs the other paths of its tree (Listed._risky): a package's
+    `__init__` (a module beside it), an extension module, a `HEAD` (a repository's
+    layout around it)."""
+    name = rel.rpartition("/")[2]
+    return name.startswith("__init__.") or name.endswith(".so") or name == "HEAD"

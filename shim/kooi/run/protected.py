@@ -264,7 +264,9 @@ def present_exposed(root: Path) -> list[dict[str, str]]:
            ".pnp.cjs": "Yarn's Plug'n'Play loader: the host's yarn and editors load the project's packages "
                        "through it", ".pnp.loader.mjs": "Yarn's Plug'n'Play loader (ES modules)",
            ".yarn/sdks": "editors run TypeScript, ESLint and Prettier from it (Yarn's editor SDKs)",
-           ".yarn/unplugged": "packages Yarn runs from the project", "_opam": "opam's switch: its bin/ on PATH"}
+           ".yarn/unplugged": "packages Yarn runs from the project", "_opam": "opam's switch: its bin/ on PATH",
+           ".terraform": "Terraform's provider binaries: `terraform plan` and its language server run them "
+                         "(checked against .terraform.lock.hcl, which the workload can write too)"}
     out = []
     for d, w in why.items():
         p = root / d
@@ -276,7 +278,7 @@ def present_exposed(root: Path) -> list[dict[str, str]]:
 
 def is_env(path: Path, name: str) -> bool:
     """PATH (named NAME, one of ENV_DIRS) is an environment the host's tools run from."""
-    if name == "node_modules":
+    if name in ("node_modules", ".terraform"):
         return True
     return os.path.exists(path / "pyvenv.cfg") or os.path.isdir(path / "conda-meta")
 
@@ -421,22 +423,34 @@ def is_layout(names: set[str]) -> bool:
     return "HEAD" in names and (BARE <= names or "commondir" in names)
 
 
-def nested_names(root: Path, rel: str) -> list[str]:
-    """The protected names (NESTED) in the directory REL of ROOT, as paths; none where
-    REL is not a directory of its own (a link is not followed)."""
+def nested_names(root: Path, rel: str, kind: str = "") -> list[str]:
+    """The protected names (NESTED; of the directory name KIND, by default REL's own) in
+    the directory REL of ROOT, as paths; none where REL is not a directory of its own (a
+    link is not followed)."""
     try:
         fd = os.open(root / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return []
     try:
-        return sorted(f"{rel}/{n}" for n in os.listdir(fd) if nested_name(os.path.basename(rel), n))
+        return sorted(f"{rel}/{n}" for n in os.listdir(fd) if nested_name(kind or os.path.basename(rel), n))
     finally:
         os.close(fd)
 
 
 def nested_top(root: Path) -> list[str]:
-    """The NESTED names in the directories of those names at ROOT's top."""
-    return [p for d in NESTED for p in nested_names(root, d)]
+    """The NESTED names in the directories of those names at ROOT's top, and in the
+    directory inside the project one of them links to (review 35: `.github` -> ci/github,
+    whose `hooks/` was made through the link), with every NESTED path there (the
+    literal ones whether or not they exist, so that one made later is seen)."""
+    out, real_root = [], os.path.realpath(root)
+    for d, names in NESTED.items():
+        out += nested_names(root, d)
+        if os.path.islink(root / d) and os.path.isdir(root / d):
+            target = os.path.realpath(root / d)
+            if target.startswith(real_root + os.sep):
+                rel = os.path.relpath(target, real_root)
+                out += nested_names(root, rel, d) + [f"{rel}/{n}" for n in names if "*" not in n]
+    return out
 
 
 def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = None,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import fnmatch
 import re
 
+from .vcsconf import VCS_SETTINGS
+
 # Other agents' and editors' project settings: the MCP servers, hooks, plugins, tasks
 # and language servers they start on the host when opened here, vim's exrc, sdkman's
 # environment.
@@ -26,7 +28,11 @@ AGENTS = (".gemini", ".cursor", ".codex", ".amazonq", ".roo", ".kiro", ".windsur
 # sets the environment and plugins of what it runs; and what interactive interpreters run
 # when they start here (R's `.Rprofile` and `.Renviron`, GHCi's, irb's, pry's, IEx's).
 VERSIONS = (".python-version", ".pdm-python", ".ruby-version", ".node-version", ".nvmrc", ".java-version",
-            ".prototools", ".Rprofile", ".Renviron", ".ghci", ".irbrc", ".pryrc", ".iex.exs")
+            ".prototools", ".Rprofile", ".Renviron", ".ghci", ".irbrc", "irb.rc", "_irbrc", "$irbrc", ".pryrc",
+            ".iex.exs",
+            # pdb runs ./.pdbrc at every breakpoint() (Python statements; review 35); the
+            # Haskell language server runs hie.yaml's cradle program when a file is opened
+            ".pdbrc", "hie.yaml")
 # mise reads its configuration in every directory from the one it runs in up to the
 # root, under all these names: each profile's (MISE_ENV: mise.ENV.toml) and local
 # variants, and those of rtx, its former name (mise's docs, Configuration and Profiles;
@@ -41,7 +47,7 @@ MISE_GLOBS = (".mise.*.toml", "mise.*.toml", ".rtx.toml", ".rtx.*.toml", ".miser
 # `.github`; Bundler's settings in `.bundle` (BUNDLE_GEMFILE names the Ruby it
 # evaluates); the wrapper Bazelisk runs instead of Bazel in `tools` (review 34).
 NESTED = {".config": ("mise", "mise.toml", "mise.*.toml", "miserc.toml"), ".github": ("hooks", "mcp.json"),
-          ".bundle": ("config",), "tools": ("bazel", "bazel.*")}
+          ".bundle": ("config",), "tools": ("bazel", "bazel.*"), ".cargo": ("config", "config.toml")}
 # The literal ones, protected at the top by path (a parent made a link there is seen).
 NESTED_PATHS = tuple(f"{d}/{n}" for d, names in NESTED.items() for n in names if "*" not in n)
 # Paths that execute on the host later: on `cd` (direnv, mise), in the editor (VS Code's and
@@ -62,7 +68,8 @@ PROTECTED = (".git", ".gitmodules", ".envrc", ".mise.toml", "mise.toml", ".mise.
              # they read instead (review 28); below the top: VCS_SETTINGS
              ".hg/hgrc", ".hg/hgrc-not-shared", ".hg/sharedpath", ".jj/repo/config.toml",
              ".jj/workspace-config.toml", ".sl/config", ".sl/sharedpath", *AGENTS, *VERSIONS,
-             *(p for p in NESTED_PATHS if p not in (".config/mise", ".config/mise.toml")))
+             *(p for p in NESTED_PATHS if p not in (".config/mise", ".config/mise.toml", ".cargo/config",
+                                                     ".cargo/config.toml")))
 # Names of a kind at the top and in every directory below it (MISE_GLOBS: mise's
 # profiles and local files, and rtx's, its former name; review 32), and editor workspaces.
 PROTECTED_GLOBS = ("*.code-workspace", *MISE_GLOBS)
@@ -122,7 +129,12 @@ WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "a
            "Justfile", ".justfile", "Taskfile.yaml", "taskfile.yml", "taskfile.yaml", "Taskfile.dist.yml",
            "Taskfile.dist.yaml", "mix.exs", ".formatter.exs", "Directory.Build.props", "Directory.Build.targets",
            "Directory.Packages.props", "nuget.config", "NuGet.Config", ".rubocop.yml", ".rspec-local",
-           "ansible.cfg", ".bsp", ".config/nextest.toml", ".repo")
+           "ansible.cfg", ".bsp", ".config/nextest.toml", ".repo",
+           # review 35: Terraform's lock (the provider binaries it runs are checked against
+           # it), uv's own configuration (before pyproject's [tool.uv]), other names of
+           # watched build files, pixi's and Hatch's environments' commands
+           ".terraform.lock.hcl", "uv.toml", "gems.rb", "rakefile", "Rakefile.rb", "rakefile.rb", "pixi.toml",
+           "hatch.toml", "CMakeUserPresets.json", "taskfile.dist.yml", "taskfile.dist.yaml")
 # The same for names of a kind, at the top: JavaScript tools' configuration modules
 # (loaded, so run, by the tool: ESLint, Prettier, Babel, Jest, lint-staged, commitlint...).
 WATCHED_GLOBS = ("*.config.js", "*.config.cjs", "*.config.mjs", "*.config.ts", "*.config.cts", "*.config.mts",
@@ -143,7 +155,10 @@ WATCHED_DEEP = frozenset({".mvn", "mvnw", "pom.xml", "build.gradle", "build.grad
                           "Directory.Build.targets", "nuget.config", "NuGet.Config", ".rubocop.yml", "ansible.cfg"})
 # Environments the host's tools and editors run from (present_exposed): said wherever
 # they are; a Python one by its pyvenv.cfg or conda-meta where the name is common.
-ENV_DIRS = frozenset({"node_modules", ".venv", "venv", "env", ".conda"})
+ENV_DIRS = frozenset({"node_modules", ".venv", "venv", "env", ".conda",
+                      # Terraform's providers: binaries `terraform plan` and its language
+                      # server run (review 35)
+                      ".terraform"})
 
 
 # Names of a kind protected in every directory below the top too.
@@ -178,6 +193,9 @@ def watched_deep(name: str, in_env: bool = False) -> bool:
 
 def protected_parts(parts: list[str]) -> bool:
     """The path PARTS (from the project's top) is or lies in a protected name (a DEEP one
-    anywhere below the top, a glob's at the top, a NESTED one anywhere)."""
+    anywhere below the top, a glob's at the top, a NESTED one anywhere, another version
+    control system's settings anywhere: review 35, committed below the top)."""
     return top_glob(parts[0]) or any(deep_name(p) for p in parts[1:]) \
-        or any(nested_name(p, q) for p, q in zip(parts, parts[1:]))
+        or any(nested_name(p, q) for p, q in zip(parts, parts[1:])) \
+        or any(p in VCS_SETTINGS and any("/".join(parts[i + 1:i + 1 + s.count("/") + 1]) == s
+                                         for s in VCS_SETTINGS[p]) for i, p in enumerate(parts))
