@@ -1312,6 +1312,49 @@ def test_review_35_start_up_files_links_at_the_top_and_committed_repositories(re
     assert ".terraform" in {e["path"] for e in rec["exposed"]}, rec["exposed"]
 
 
+def test_review_36_committed_links_to_settings_and_other_repository_layouts_are_judged(repo):
+    """Review 36: a committed link `.cargo -> c` beside `c/config.toml` (cargo's
+    rustc-wrapper), or `.github -> gh` beside `gh/hooks/`, reached the host's cargo and
+    Copilot through a checkout: the history check saw neither as protected. A committed
+    repository layout of another form (HEAD beside a commondir; objects and refs as
+    links) was not recognised. rbenv's and nodenv's per-project variables were on no
+    list, SwiftPM's manifest not watched."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    git(repo, "checkout", "-qb", "feature")
+    (repo / "c").mkdir()
+    (repo / "c/config.toml").write_text("[build]\nrustc-wrapper = 'c/w.sh'\n")
+    (repo / ".cargo").symlink_to("c")
+    (repo / "gh/hooks").mkdir(parents=True)
+    (repo / "gh/hooks/h.json").write_text("{}\n")
+    (repo / "sub").mkdir()
+    (repo / "sub/.github").symlink_to("../gh")
+    for d in ("fb", "fc/objects", "fc/refs"):
+        (repo / d).mkdir(parents=True, exist_ok=True)
+    (repo / "fb/HEAD").write_text("ref: refs/heads/main\n")
+    (repo / "fb/commondir").write_text("../fc\n")
+    (repo / "fc/objects/.keep").write_text("")
+    (repo / "fc/config").write_text("[core]\npager = id\n")
+    (repo / "fa").mkdir()
+    (repo / "fa/HEAD").write_text("ref: refs/heads/main\n")
+    (repo / "fa/objects").symlink_to("../fc/objects")
+    (repo / "fa/refs").symlink_to("../fc/refs")
+    git(repo, "add", "-Af")
+    git(repo, "commit", "-qm", "work")
+    git(repo, "checkout", "-q", "master" if "master" in git(repo, "branch") else "main")
+    for rel in (".rbenv-vars", "sub2/.nodenv-vars", "Package.swift"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("RUBYOPT=-r./evil.rb\n")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    for path in (".cargo", "sub/.github", "fb/HEAD", "fa/HEAD"):
+        assert "committed on refs/heads/feature" in said.get(path, ""), (path, said)
+    refused = {r["path"] for r in rec["refused"]}
+    assert {".rbenv-vars", "sub2/.nodenv-vars"} <= refused, refused
+    assert "Package.swift" in said, said
+
+
 def test_a_nested_mercurial_repositorys_own_settings_are_kept_as_they_were(repo):
     """The settings a nested repository had before the run are protected like the top's."""
     (repo / "vendor/.hg/store").mkdir(parents=True)

@@ -12,16 +12,19 @@ from typing import Any, NamedTuple
 
 from .gitdata import NULL_IDS, git_plumbing, introduced, read_refs, read_tips, refs_changed, tree_changes
 from .protected import compiled, py_shadow_name
+from .shadows import MAX_GIT_DIRS as SHADOWED_GIT_DIRS
 from .snapshot import Entry, change_of, scan
-from .toolnames import WATCHED, WATCHED_GLOBS, protected_parts
+from .toolnames import NESTED, WATCHED, WATCHED_GLOBS, protected_parts
+from .vcsconf import VCS_SETTINGS
 
 # How many moved refs, and files changed on each, kooi judges after a run (more: said).
 MAX_BRANCHES = 10
 MAX_CHANGES = 20000
 # How many of the commits a run introduced kooi looks into (_introduced; more: said).
 MAX_COMMITS = 2000
-# How many of the project's other git directories' refs kooi reads and judges.
-MAX_GIT_DIRS = 20
+# How many of the project's other git directories' refs kooi reads and judges: every one
+# a run may have (review 36: the 21st to 32nd went unjudged, unsaid).
+MAX_GIT_DIRS = SHADOWED_GIT_DIRS
 HEX_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 EMPTY_BLOBS = ("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",
                "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813")
@@ -87,6 +90,10 @@ class Listed:
             return "a protected path"
         parent, _, name = rel.rpartition("/")
         if mode >> 12 == 0o12:
+            if name in NESTED or name in VCS_SETTINGS:
+                # Tools read their settings through it (review 36: `.cargo -> c` beside
+                # c/config.toml, checked out, ran cargo's rustc-wrapper).
+                return f"a link in place of the directory {name}, whose settings the host's tools read"
             if b"\0" in (link_target or b""):
                 # git's checkout makes the link from the blob as a C string, up to the
                 # first NUL (review 18: `../../etc/passwd\0/../../top/x` looked inside)
@@ -96,11 +103,10 @@ class Listed:
             if target.startswith("/") or not (dest == "/top" or dest.startswith("/top/")):
                 return f"a symlink out of the project (to {target[:120]})"
             return None
-        if name == "HEAD" and all(any(n.startswith(f"{parent}/{d}/" if parent else f"{d}/") for n in names)
-                                  for d in ("objects", "refs")):
-            # git finds a repository there: HEAD, objects/ and refs/ (review 35: committed,
-            # then checked out by the host, its config's pager ran at `git log` there)
-            return "a bare repository's layout (HEAD, objects/, refs/)"
+        if name == "HEAD" and _layout_beside(parent, names):
+            # git finds a repository there (review 35: committed, then checked out by the
+            # host, its config's pager ran at `git log` there)
+            return "a bare repository's layout (HEAD with objects/ and refs/, or a commondir)"
         if not parent and (shadow := py_shadow_name(name)) and shadow not in self.py_own:
             return f"a module that shadows the host's Python module {shadow}"
         # siblings matter for an extension module only (compiled()): not listed for others
@@ -283,3 +289,13 @@ def _needs_names(rel: str) -> bool:
     layout around it)."""
     name = rel.rpartition("/")[2]
     return name.startswith("__init__.") or name.endswith(".so") or name == "HEAD"
+
+
+def _layout_beside(parent: str, names: set[str]) -> bool:
+    """NAMES (a tree's paths) hold what makes PARENT a repository to git beside its HEAD:
+    `objects` and `refs` of any kind (directories, links, gitlinks), or a `commondir`
+    (review 36: both forms passed, only files under objects/ and refs/ counted)."""
+    at = f"{parent}/" if parent else ""
+    if f"{at}commondir" in names:
+        return True
+    return all(f"{at}{d}" in names or any(n.startswith(f"{at}{d}/") for n in names) for d in ("objects", "refs"))

@@ -32,7 +32,10 @@ VERSIONS = (".python-version", ".pdm-python", ".ruby-version", ".node-version", 
             ".iex.exs",
             # pdb runs ./.pdbrc at every breakpoint() (Python statements; review 35); the
             # Haskell language server runs hie.yaml's cradle program when a file is opened
-            ".pdbrc", "hie.yaml")
+            ".pdbrc", "hie.yaml",
+            # rbenv-vars', nodenv-vars' and asdf's per-project variables (RUBYOPT,
+            # NODE_OPTIONS), read from every parent directory (review 36)
+            ".rbenv-vars", ".nodenv-vars", ".asdf-vars")
 # mise reads its configuration in every directory from the one it runs in up to the
 # root, under all these names: each profile's (MISE_ENV: mise.ENV.toml) and local
 # variants, and those of rtx, its former name (mise's docs, Configuration and Profiles;
@@ -134,7 +137,10 @@ WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "a
            # it), uv's own configuration (before pyproject's [tool.uv]), other names of
            # watched build files, pixi's and Hatch's environments' commands
            ".terraform.lock.hcl", "uv.toml", "gems.rb", "rakefile", "Rakefile.rb", "rakefile.rb", "pixi.toml",
-           "hatch.toml", "CMakeUserPresets.json", "taskfile.dist.yml", "taskfile.dist.yaml")
+           "hatch.toml", "CMakeUserPresets.json", "taskfile.dist.yml", "taskfile.dist.yaml",
+           # review 36: SwiftPM's manifest (SourceKit-LSP builds and runs it when the folder
+           # is opened), Zig's and Mill's builds
+           "Package.swift", "build.zig", "build.mill", "build.sc")
 # The same for names of a kind, at the top: JavaScript tools' configuration modules
 # (loaded, so run, by the tool: ESLint, Prettier, Babel, Jest, lint-staged, commitlint...).
 WATCHED_GLOBS = ("*.config.js", "*.config.cjs", "*.config.mjs", "*.config.ts", "*.config.cts", "*.config.mts",
@@ -152,7 +158,8 @@ WATCHED_DEEP = frozenset({".mvn", "mvnw", "pom.xml", "build.gradle", "build.grad
                           # direnv's load_dotenv reads it in any directory (review 32), sbt's options
                           ".env", ".jvmopts", ".sbtopts", "mise-tasks", ".mise-tasks", "justfile", "Justfile",
                           ".justfile", "Taskfile.yml", "Taskfile.yaml", "mix.exs", "Directory.Build.props",
-                          "Directory.Build.targets", "nuget.config", "NuGet.Config", ".rubocop.yml", "ansible.cfg"})
+                          "Directory.Build.targets", "nuget.config", "NuGet.Config", ".rubocop.yml", "ansible.cfg",
+                          "Package.swift", "build.zig"})
 # Environments the host's tools and editors run from (present_exposed): said wherever
 # they are; a Python one by its pyvenv.cfg or conda-meta where the name is common.
 ENV_DIRS = frozenset({"node_modules", ".venv", "venv", "env", ".conda",
