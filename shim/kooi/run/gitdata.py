@@ -237,12 +237,13 @@ def read_refs(gitdir: str | os.PathLike[str]) -> tuple[dict[str, str], str] | No
                 for line in f.read(64 << 20).splitlines():
                     oid, _, name = line.partition(b" ")
                     if name.startswith(b"refs/") and not oid.startswith((b"#", b"^")):
-                        refs[name.decode(errors="replace")] = oid.decode(errors="replace")
+                        refs[name.decode(errors="replace")] = oid.decode(errors="replace").lower()
         except FileNotFoundError:
             pass
         for child, data in _files_below(top, "refs", 512, (OSError,)):
             if data is not None:
-                refs[child] = data.strip().decode(errors="replace")
+                ref = data.strip().decode(errors="replace")
+                refs[child] = ref.lower() if HEX_ID_TEXT.fullmatch(ref) else ref
             if len(refs) > MAX_REFS:
                 return None
         try:
@@ -255,7 +256,8 @@ def read_refs(gitdir: str | os.PathLike[str]) -> tuple[dict[str, str], str] | No
         return None
     finally:
         os.close(top)
-    return refs, head.removeprefix("ref: ")
+    head = head.removeprefix("ref: ")
+    return refs, head.lower() if HEX_ID_TEXT.fullmatch(head) else head
 
 
 def refs_changed(before: dict[str, str], after: dict[str, str], own: set[str], limit: int = 50) -> list[tuple[str, str]]:
@@ -320,7 +322,9 @@ def tree_changes(gitdir: str | os.PathLike[str], old: str | None, new: str) -> l
 # MERGE_HEAD, CHERRY_PICK_HEAD, AUTO_MERGE, ...) and the reflogs (`HEAD@{1}`, `git
 # checkout -`, which takes the commit a "checkout: moving from X" message names).
 PSEUDO_REF = re.compile(r"[A-Z_-]+")
-HEX_TOKEN = re.compile(rb"(?<![0-9a-f])(?:[0-9a-f]{64}|[0-9a-f]{40})(?![0-9a-f])")
+HEX_ID_TEXT = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
+# git reads ids in either case (review 37: an upper-case id in a reflog line went unread).
+HEX_TOKEN = re.compile(rb"(?<![0-9a-fA-F])(?:[0-9a-fA-F]{64}|[0-9a-fA-F]{40})(?![0-9a-fA-F])")
 NULL_IDS = {"0" * 40, "0" * 64}
 MAX_TIPS = 200_000
 MAX_TIP_FILE = 64 << 20
@@ -333,8 +337,10 @@ def read_tips(gitdir: str | os.PathLike[str]) -> dict[str, str] | None:
     tips: dict[str, str] = {}
 
     def take(data: bytes, label: str) -> bool:
+        if len(data) >= MAX_TIP_FILE:
+            return False  # git reads its newest entries at the end (review 37): unread, said
         for m in HEX_TOKEN.finditer(data):
-            tips.setdefault(m.group().decode(), label)
+            tips.setdefault(m.group().decode().lower(), label)
         return len(tips) <= MAX_TIPS
 
     try:
@@ -355,7 +361,7 @@ def read_tips(gitdir: str | os.PathLike[str]) -> dict[str, str] | None:
             # message name.
             at = [(line, f"{child.removeprefix('logs/')}@{{{n}}}")
                   for n, line in enumerate(reversed(data.splitlines()))]
-            if not all(take(line[41:105].split(b" ", 1)[0], where) for line, where in at) \
+            if len(data) >= MAX_TIP_FILE or not all(take(line[41:105].split(b" ", 1)[0], where) for line, where in at) \
                     or not all(take(line, where) for line, where in at):
                 return None
     except OSError:

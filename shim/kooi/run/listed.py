@@ -111,13 +111,22 @@ class Listed:
             dest = os.path.normpath(os.path.join("/top", parent, target))
             if target.startswith("/") or not (dest == "/top" or dest.startswith("/top/")):
                 return f"a symlink out of the project (to {target[:120]})"
-            return None
+            if (below := next((p for p in self.paths if p.startswith(rel + "/")), None)) is not None:
+                # Review 37: `.yarn/releases -> ../y2` on the way to the yarnPath the
+                # project's .yarnrc.yml names.
+                return f"a link on the way to the protected path {below}"
+            # A link is judged by its name too (review 37: HEAD -> refs/heads/main made a
+            # repository, json.py -> lib/j.py shadowed the host's json).
         if name == "HEAD" and _layout_beside(parent, names):
             # git finds a repository there (review 35: committed, then checked out by the
             # host, its config's pager ran at `git log` there)
             return "a bare repository's layout (HEAD with objects/ and refs/, or a commondir)"
         if not parent and (shadow := py_shadow_name(name)) and shadow not in self.py_own:
             return f"a module that shadows the host's Python module {shadow}"
+        if "/" not in parent and parent and name.split(".", 1)[0] == "__init__" \
+                and py_shadow_name(parent + ".py") and parent not in self.py_own:
+            # a package at the top (review 37: argparse/__init__.py ran at `python3 -m venv`)
+            return f"a package that shadows the host's Python module {parent}"
         # siblings matter for an extension module only (compiled()): not listed for others
         siblings = {n.rpartition("/")[2] for n in names if n.rpartition("/")[0] == parent} \
             if name.endswith(".so") else set()
@@ -146,7 +155,8 @@ class Listed:
                                                                   "compares: check the refs before you trust them"})
                 continue
             committed = self._committed(repo, *found)
-            out += self._refs_moved(repo, *found) + committed + self._introduced(repo, *found, committed)
+            out += self._refs_moved(repo, *found) + [{k: v for k, v in c.items() if k != "blob"} for c in committed] \
+                + self._introduced(repo, *found, committed)
         return out
 
     def _introduced(self, repo: Repo, refs: dict[str, str], head: str, said: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -184,20 +194,26 @@ class Listed:
         if commits >= MAX_COMMITS:
             out.append({"path": f"{repo.git}/logs", "change": f"the run made more than {MAX_COMMITS} commits{of}: "
                                                               f"kooi judged the newest {MAX_COMMITS} only"})
-        done = {d["path"] for d in said}
+        if len(changes) > MAX_CHANGES:
+            out.append({"path": f"{repo.git}/logs", "change": f"{len(changes)} files changed in the run's commits{of}; "
+                                                              f"kooi judged the first {MAX_CHANGES} only: check "
+                                                              "`git reflog` before you check out an earlier HEAD"})
+        # What _committed said, by path and content (review 37: by path alone, a harmless
+        # .envrc on a branch hid a malicious one in a commit left in the reflog).
+        done = {(d["path"], d.get("blob", "")) for d in said}
         names: dict[str, set[str]] = {}
         for commit, source, rel, mode, oid in changes[:MAX_CHANGES]:
-            if at + rel in done or rel == ".gitmodules" and oid in EMPTY_BLOBS:
+            if (at + rel, oid) in done or rel == ".gitmodules" and oid in EMPTY_BLOBS:
                 continue
             if commit not in names and _needs_names(rel):
                 names[commit] = {at + n for n in _tree_names(gitdir, commit)}
             target = git_plumbing(gitdir, "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
             if (why := self._risky(at + rel, mode, target, names.get(commit, set()))) is not None:
-                done.add(at + rel)
+                done.add((at + rel, oid))
                 where = labels.get(source, source[:12])
                 out.append({"path": at + rel, "change": f"committed in {commit[:12]}{of}, reachable from {where} "
                                                         f"({why}): a checkout of it on the host writes it"})
-        return out[:100]
+        return _capped(out, 100, f"{repo.git}/logs", "of the run's commits")
 
     def _committed(self, repo: Repo, refs: dict[str, str], head: str) -> list[dict[str, str]]:
         """Files the run committed under a ref it moved (REFS, HEAD: REPO's after the run)
@@ -254,8 +270,9 @@ class Listed:
                 target = git_plumbing(gitdir, "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
                 if (why := self._risky(at + rel, mode, target, names or set())) is not None:
                     out.append({"path": at + rel, "change": f"committed on {ref}{of} ({why}): a checkout, `git "
-                                                            "stash` or `git reset --hard` on the host writes it"})
-        return out[:2 * MAX_BRANCHES + 100]
+                                                            "stash` or `git reset --hard` on the host writes it",
+                                "blob": oid})
+        return _capped(out, 2 * MAX_BRANCHES + 100, f"{repo.git}/refs", "on the refs the run moved")
 
     def _watched_names(self) -> tuple[str, ...]:
         try:
@@ -309,3 +326,12 @@ def _layout_beside(parent: str, names: set[str]) -> bool:
     if f"{at}commondir" in names:
         return True
     return all(f"{at}{d}" in names or any(n.startswith(f"{at}{d}/") for n in names) for d in ("objects", "refs"))
+
+
+def _capped(out: list[dict[str, str]], cap: int, where: str, what: str) -> list[dict[str, str]]:
+    """OUT, at most CAP entries, and a last one that says so past it (review 37: 260
+    decoy entries hid an .envrc on another branch)."""
+    if len(out) <= cap:
+        return out
+    return out[:cap] + [{"path": where, "change": f"{len(out) - cap} more risky files {what} than listed here: "
+                                                  "check every ref and `git reflog` before you check anything out"}]
