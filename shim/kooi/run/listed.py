@@ -144,9 +144,10 @@ class Listed:
         it moved; the top `.git` first, then the nested repositories and a `gitdir:`
         file's repository in the project (session 29: their commits went unjudged)."""
         repos = [Repo(".git", "", self.refs, self.head, self.tips.get(".git", False))] if self.refs is not None else []
-        repos += [Repo(gd, gd[:-len("/.git")] if gd.endswith("/.git") else module_work_tree(self.root, gd)
-                       if gd.startswith(".git/modules/") else "", r, h, self.tips.get(gd, False))
-                  for gd, (r, h) in self.nested_refs.items()]
+        repos += [Repo(gd, n[2] if len(n) > 2 else gd[:-len("/.git")] if gd.endswith("/.git")
+                       else module_work_tree(self.root, gd) if gd.startswith(".git/modules/") else "",
+                       n[0], n[1], self.tips.get(gd, False))
+                  for gd, n in self.nested_refs.items()]
         out: list[dict[str, str]] = []
         for repo in repos:
             found = read_refs(self.root / repo.git) if os.path.isdir(self.root / repo.git) else None

@@ -339,6 +339,26 @@ GIT_HOOKS = frozenset({
     "p4-post-changelist", "p4-pre-submit", "post-index-change"})
 
 
+def gitfile_targets(root: Path, files: list[str]) -> dict[str, str]:
+    """The git directories inside the project that the `.git` files FILES (below the top)
+    name, each with its work tree (review 37: `git init --separate-git-dir` put a nested
+    repository's refs where nothing read them)."""
+    out: dict[str, str] = {}
+    for rel in files:
+        try:
+            fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
+                text = f.read(4096).decode(errors="replace")
+        except OSError:
+            continue
+        m = re.match(r"gitdir:\s*(.+)", text.strip())
+        tree = os.path.dirname(rel)
+        target = _in_project(root, root / tree, m.group(1)) if m else None
+        if target and os.path.isdir(root / target) and not os.path.islink(root / target):
+            out.setdefault(target, tree)
+    return out
+
+
 def config_targets(root: Path) -> tuple[list[str], list[str], list[dict[str, str]]]:
     """What the project's git setup executes from elsewhere in the project: (paths to
     protect, git directories, installed hooks: exposed). core.hooksPath inside the project (its top directory:
