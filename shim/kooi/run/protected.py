@@ -352,10 +352,15 @@ def gitfile_targets(root: Path, files: list[str]) -> dict[str, str]:
         except OSError:
             continue
         m = re.match(r"gitdir:\s*(.+)", text.strip())
+        if m is None:
+            continue
         tree = os.path.dirname(rel)
-        target = _in_project(root, root / tree, m.group(1)) if m else None
-        if target and os.path.isdir(root / target) and not os.path.islink(root / target):
-            out.setdefault(target, tree)
+        # Resolved as git does, through links (review 38: `gitdir: ../L` with L -> .subgit
+        # was skipped; `L/..` is not the directory normpath makes of it).
+        real_root = os.path.realpath(root)
+        real = os.path.realpath(os.path.join(root, tree, m.group(1).strip()))
+        if real.startswith(real_root + os.sep) and os.path.isdir(real):
+            out.setdefault(os.path.relpath(real, real_root), tree)
     return out
 
 
