@@ -244,15 +244,11 @@ class Registry:
         self.save(change)
         return found
 
-    def note(self, rec: RunRecord, entry: dict[str, Any], refused: bool) -> None:
+    def refused(self, rec: RunRecord, entry: dict[str, Any]) -> None:
+        """A request of REC's run refused (a forwarded one is recorded by `sending`)."""
         with self.lock:
-            if refused:
-                if len(rec.refused) < MAX_RECORDED:
-                    rec.refused.append(entry)
-            else:
-                rec.forwarded += 1
-                if len(rec.requests) < MAX_RECORDED:
-                    rec.requests.append(entry)
+            if len(rec.refused) < MAX_RECORDED:
+                rec.refused.append(entry)
 
     def release(self, run: str) -> dict[str, Any] | None:
         """RUN's record, once its requests in flight have ended (up to RELEASE_WAIT: what

@@ -142,8 +142,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         # Recorded before the answer goes out: a run released right after it has it.
         entry = self._log(rec, secret, status, "refused", reason=message)
         if rec is not None:
-            self.server.registry.note(rec, {k: entry[k] for k in ("time", "method", "path", "status", "reason")},
-                                      refused=True)
+            self.server.registry.refused(rec, {k: entry[k] for k in ("time", "method", "path", "status", "reason")})
         self._answer_error(status, kind, message)
 
     def _credential(self) -> str:

@@ -835,13 +835,35 @@ def test_the_access_log_is_bounded_in_size(proxy, monkeypatch, tmp_path):
         srv.server_close()
 
 
+def _certdir(proxy) -> Path:
+    """Where the fixture's test CA and server certificate are."""
+    return Path(proxy[0].cfg.secrets["api"].ca_file).parent
+
+
+def _injector_to(proxy, port: int, tmp_path: Path) -> tuple[injectproxy.ProxyServer, Path]:
+    """An injector of the fixture's registry whose secret `api` goes to the test upstream
+    on PORT (the fixture's certificate), logging to TMP_PATH/access.log."""
+    cfg = desc(api={**PRESETS["anthropic"], "upstream": f"https://localhost:{port}",
+                    "ca_file": str(_certdir(proxy) / "ca.pem")})
+    srv = injectproxy.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"REAL-KEY"}, proxy[1])
+    log = tmp_path / "access.log"
+    srv.log_file = open(log, "a", buffering=1)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, log
+
+
+def _server_tls(certdir: Path) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(certdir / "server.pem"), str(certdir / "server.key"))
+    return ctx
+
+
 def _slow_tls_upstream(certdir: Path) -> tuple[int, threading.Event, threading.Event, list[bytes]]:
     """An upstream that takes the TCP connection at once and starts TLS only when GO is
     set: what it then reads of the request is in SEEN (empty: nothing came)."""
     lst = socket.create_server(("127.0.0.1", 0))
     accepted, go, seen = threading.Event(), threading.Event(), []
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(str(certdir / "server.pem"), str(certdir / "server.key"))
+    ctx = _server_tls(certdir)
 
     def serve() -> None:
         conn, _ = lst.accept()
@@ -874,15 +896,9 @@ def test_a_release_during_the_upstream_connection_sends_no_key_and_records_what_
     flight at the release was in neither the returned record nor the access log. Now
     the key goes out only while the run is live, a release ends the upstream connections
     of its requests, and what went is in the record and the log."""
-    srv0, reg = proxy
-    certdir = Path(srv0.cfg.secrets["api"].ca_file).parent
-    port, accepted, go, seen = _slow_tls_upstream(certdir)
-    cfg = desc(api={**PRESETS["anthropic"], "upstream": f"https://localhost:{port}",
-                    "ca_file": str(certdir / "ca.pem")})
-    srv = injectproxy.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"REAL-KEY"}, reg)
-    log = tmp_path / "access.log"
-    srv.log_file = open(log, "a", buffering=1)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    _srv, reg = proxy
+    port, accepted, go, seen = _slow_tls_upstream(_certdir(proxy))
+    srv, log = _injector_to(proxy, port, tmp_path)
     try:
         # 1. Released while the injector waits for the upstream's TLS: the key never goes.
         tok = reg.add("run-tls", "wf", ["api"], ttl=60)["api"]
@@ -980,8 +996,8 @@ def test_the_registry_keeps_no_records_on_disk_and_writes_outside_its_lock(tmp_p
     tok = reg.add("run-1", "wf", ["api"], ttl=60)["api"]
     rec = reg.runs["run-1"]
     for _i in range(200):
-        reg.note(rec, {"time": 1.0, "method": "POST", "path": "/v1/" + "x" * 500, "status": 403,
-                       "reason": "r" * 1000}, refused=True)
+        reg.refused(rec, {"time": 1.0, "method": "POST", "path": "/v1/" + "x" * 500, "status": 403,
+                          "reason": "r" * 1000})
     reg.add("run-2", "wf", ["api"], ttl=60)
     assert path.stat().st_size < 4096, path.stat().st_size  # old code: ~300 KB
     again = injectcontrol.Registry(path)
@@ -1010,8 +1026,7 @@ def test_the_registry_keeps_no_records_on_disk_and_writes_outside_its_lock(tmp_p
 def _cut_upstream(certdir: Path, answer: bytes) -> int:
     """An upstream that reads one request, sends ANSWER and closes the connection."""
     lst = socket.create_server(("127.0.0.1", 0))
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(str(certdir / "server.pem"), str(certdir / "server.key"))
+    ctx = _server_tls(certdir)
 
     def serve() -> None:
         conn, _ = lst.accept()
@@ -1039,16 +1054,10 @@ def test_an_answer_the_upstream_cut_short_is_recorded_as_such_and_ends_the_conne
     """Review 31 (F1): an answer with a Content-Length whose upstream connection ended
     early (or was shut down by a release) was recorded and logged as whole, and the
     client's connection stayed open until the injector's idle timeout (60 s)."""
-    srv0, reg = proxy
-    certdir = Path(srv0.cfg.secrets["api"].ca_file).parent
-    port = _cut_upstream(certdir, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000"
-                                  b"\r\n\r\n0123456789")
-    cfg = desc(api={**PRESETS["anthropic"], "upstream": f"https://localhost:{port}",
-                    "ca_file": str(certdir / "ca.pem")})
-    srv = injectproxy.ProxyServer(("127.0.0.1", 0), cfg, {"api": b"REAL-KEY"}, reg)
-    log = tmp_path / "access.log"
-    srv.log_file = open(log, "a", buffering=1)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    _srv, reg = proxy
+    port = _cut_upstream(_certdir(proxy), b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                          b"Content-Length: 100000\r\n\r\n0123456789")
+    srv, log = _injector_to(proxy, port, tmp_path)
     try:
         tok = reg.add("run-cut-short", "wf", ["api"], ttl=60)["api"]
         c = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=10)

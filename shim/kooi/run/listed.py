@@ -5,6 +5,7 @@ the WATCHED_DEEP names below it), the refs it moved but its own branch (review 1
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 from pathlib import Path
@@ -81,13 +82,20 @@ class Listed:
     def paths(self) -> tuple[str, ...]:
         raise NotImplementedError  # Guard's
 
+    @functools.cached_property
+    def _judged_paths(self) -> tuple[str, ...]:
+        """The protected paths as the checks after the run judge files against them, read
+        once: `paths` lists the top and opens the NESTED directories at each call, and
+        _risky runs for every file of every commit and index entry."""
+        return self.paths
+
     def _protected_rel(self, rel: str) -> bool:
         """REL (a path in the project) is protected: what an index entry there would
         have the host's `git checkout` write (Shadows._data_refusal)."""
         if any(rel == u or rel.startswith(u + "/") for u in self.unprotected):
             return False
         parts = rel.split("/")
-        return any(rel == p or rel.startswith(p + "/") for p in self.paths) or protected_parts(parts) \
+        return any(rel == p or rel.startswith(p + "/") for p in self._judged_paths) or protected_parts(parts) \
             or ".git" in parts
 
     def _risky(self, rel: str, mode: int, link_target: bytes | None, names: set[str]) -> str | None:
@@ -111,7 +119,7 @@ class Listed:
             dest = os.path.normpath(os.path.join("/top", parent, target))
             if target.startswith("/") or not (dest == "/top" or dest.startswith("/top/")):
                 return f"a symlink out of the project (to {target[:120]})"
-            if (below := next((p for p in self.paths if p.startswith(rel + "/")), None)) is not None:
+            if (below := next((p for p in self._judged_paths if p.startswith(rel + "/")), None)) is not None:
                 # Review 37: `.yarn/releases -> ../y2` on the way to the yarnPath the
                 # project's .yarnrc.yml names.
                 return f"a link on the way to the protected path {below}"

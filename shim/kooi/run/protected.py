@@ -344,6 +344,7 @@ def gitfile_targets(root: Path, files: list[str]) -> dict[str, str]:
     name, each with its work tree (review 37: `git init --separate-git-dir` put a nested
     repository's refs where nothing read them)."""
     out: dict[str, str] = {}
+    real_root = os.path.realpath(root)
     for rel in files:
         try:
             fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW)
@@ -357,7 +358,6 @@ def gitfile_targets(root: Path, files: list[str]) -> dict[str, str]:
         tree = os.path.dirname(rel)
         # Resolved as git does, through links (review 38: `gitdir: ../L` with L -> .subgit
         # was skipped; `L/..` is not the directory normpath makes of it).
-        real_root = os.path.realpath(root)
         real = os.path.realpath(os.path.join(root, tree, m.group(1).strip()))
         if real.startswith(real_root + os.sep) and os.path.isdir(real):
             out.setdefault(os.path.relpath(real, real_root), tree)
