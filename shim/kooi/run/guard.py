@@ -212,11 +212,11 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
             if os.path.isdir(self.root / gd) and not os.path.islink(self.root / gd) \
                     and (nested := read_refs(self.root / gd)) is not None:
                 self.nested_refs[gd] = [nested[0], nested[1]]
-        for gd, tree in [*((m, "") for m in module_git_dirs(self.root, MAX_GIT_DIRS)),  # review 36: submodules'
-                         *gitfile_targets(self.root, others).items()]:  # review 37: `.git` files' elsewhere
+        for gd, trees in [*((m, []) for m in module_git_dirs(self.root, MAX_GIT_DIRS)),  # review 36: submodules'
+                          *gitfile_targets(self.root, others).items()]:  # review 37: `.git` files' elsewhere
             if len(self.nested_refs) < MAX_GIT_DIRS and gd not in self.nested_refs \
                     and (nested := read_refs(self.root / gd)) is not None:
-                self.nested_refs[gd] = [nested[0], nested[1], *([tree] if tree else [])]
+                self.nested_refs[gd] = [nested[0], nested[1], *trees]
         self.tips = {}
         for gd in ([".git"] if self.refs is not None else []) + list(self.nested_refs):
             found_tips = read_tips(self.root / gd)
@@ -566,7 +566,7 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
             refs = doc.get("refs")
             g.refs = None if refs is None else {str(k): str(v) for k, v in refs.items()}
             g.head = str(doc.get("head", ""))
-            g.nested_refs = {str(d): [{str(k): str(v) for k, v in n[0].items()}, *map(str, n[1:3])]
+            g.nested_refs = {str(d): [{str(k): str(v) for k, v in n[0].items()}, *map(str, n[1:])]
                              for d, n in doc.get("nested_refs", {}).items()}
             # A record of an older kooi has none: nothing judged beyond the refs.
             g.tips = {str(d): None if t is None else [str(x) for x in t] for d, t in doc.get("tips", {}).items()}

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from .gitdata import (
     NULL_IDS,
+    entry_target,
     git_plumbing,
     introduced,
     module_work_tree,
@@ -101,10 +102,13 @@ class Listed:
     def _risky(self, rel: str, mode: int, link_target: bytes | None, names: set[str]) -> str | None:
         """Why a file at REL (git MODE; a symlink's LINK_TARGET) is one the host would run
         or follow, as the work-tree checks judge it (review 17: committed or staged, the
-        host's `git checkout`, `git stash` or `git reset --hard` writes it back); NAMES:
+        host's `git checkout`, `git stash` or `git reset --hard` writes it back; a
+        gitlink's LINK_TARGET is the commit it names: entry_target); NAMES:
         the other paths of the same tree or index (a package beside a module)."""
         if self._protected_rel(rel):
             return "a protected path"
+        if mode >> 12 == 0o16:
+            return self._gitlinked(rel, (link_target or b"").decode(errors="replace"))
         parent, _, name = rel.rpartition("/")
         if mode >> 12 == 0o12:
             if name in NESTED or name in VCS_SETTINGS:
@@ -154,22 +158,86 @@ class Listed:
         it): the refs it moved but its own branch, and what it committed under the refs
         it moved; the top `.git` first, then the nested repositories and a `gitdir:`
         file's repository in the project (session 29: their commits went unjudged)."""
-        repos = [Repo(".git", "", self.refs, self.head, self.tips.get(".git", False))] if self.refs is not None else []
-        repos += [Repo(gd, n[2] if len(n) > 2 else gd[:-len("/.git")] if gd.endswith("/.git")
-                       else module_work_tree(self.root, gd) if gd.startswith(".git/modules/") else "",
-                       n[0], n[1], self.tips.get(gd, False))
-                  for gd, n in self.nested_refs.items()]
         out: list[dict[str, str]] = []
-        for repo in repos:
+        for repo in self._repos:
             found = read_refs(self.root / repo.git) if os.path.isdir(self.root / repo.git) else None
             if found is None:
-                out.append({"path": f"{repo.git}/refs", "change": "unreadable after the run, or more refs than kooi "
-                                                                  "compares: check the refs before you trust them"})
+                if repo is self._first(repo.git):
+                    out.append({"path": f"{repo.git}/refs", "change": "unreadable after the run, or more refs than "
+                                                                      "kooi compares: check the refs before you trust them"})
                 continue
             committed = self._committed(repo, *found)
-            out += self._refs_moved(repo, *found) + [{k: v for k, v in c.items() if k != "blob"} for c in committed] \
+            # A second place of one git directory (two `.git` files naming it): its
+            # commits judged there too, its refs said once.
+            moved = self._refs_moved(repo, *found) if repo is self._first(repo.git) else []
+            out += moved + [{k: v for k, v in c.items() if k != "blob"} for c in committed] \
                 + self._introduced(repo, *found, committed)
         return out
+
+    @functools.cached_property
+    def _repos(self) -> list[Repo]:
+        """The project's git directories as the checks after the run judge them, each at
+        every place its files are checked out: the top `.git` first, then the nested
+        repositories, the submodules' and a `gitdir:` file's repositories."""
+        repos = [Repo(".git", "", self.refs, self.head, self.tips.get(".git", False))] if self.refs is not None else []
+        for gd, n in self.nested_refs.items():
+            repos += [Repo(gd, at, n[0], n[1], self.tips.get(gd, False)) for at in self._place(gd, n[2:])]
+        return repos
+
+    @functools.cached_property
+    def _gitlinks(self) -> dict[tuple[str, str], str | None]:
+        """What _gitlinked found, by (path, commit id)."""
+        return {}
+
+    def _places(self, git: str) -> list[str]:
+        """Where the git directory GIT (a project path) checks out its files."""
+        return [r.prefix for r in self._repos if r.git == git] or [self._place(git, [])[0]]
+
+    def _place(self, gd: str, trees: list[str]) -> list[str]:
+        return trees or [gd[:-len("/.git")] if gd.endswith("/.git") else module_work_tree(self.root, gd)
+                         if gd.startswith(".git/modules/") else ""]
+
+    def _first(self, git: str) -> Repo | None:
+        return next((r for r in self._repos if r.git == git), None)
+
+    def _gitlinked(self, rel: str, oid: str) -> str | None:
+        """Why a gitlink at REL naming the commit OID is one the host would run: a commit
+        of the repository checked out at REL that none of its refs, reflogs or pseudo-refs
+        reached before the run (review 36, open until now: made with `git commit-tree`,
+        named only by the gitlink, `git submodule update` checked out its `.envrc`)."""
+        if (rel, oid) in self._gitlinks:
+            return self._gitlinks[(rel, oid)]
+        self._gitlinks[(rel, oid)] = None  # a gitlink inside the commits it names: judged once
+        why = None
+        for repo in (r for r in self._repos if r.prefix == rel and r.git != ".git"):
+            why = self._gitlink_in(repo, oid)
+            if why is not None:
+                break
+        self._gitlinks[(rel, oid)] = why
+        return why
+
+    def _gitlink_in(self, repo: Repo, oid: str) -> str | None:
+        gitdir = self.root / repo.git
+        start = repo.head if HEX_ID.fullmatch(repo.head) else repo.refs.get(repo.head)
+        old = {*(repo.tips if isinstance(repo.tips, list) else ()), *([start] if start else []),
+               *(v for v in repo.refs.values() if HEX_ID.fullmatch(v))}
+        if not HEX_ID.fullmatch(oid) or oid in old:
+            return None
+        found = introduced(gitdir, [oid], sorted(old - NULL_IDS), MAX_COMMITS)
+        if found is None:
+            return f"a gitlink to {oid[:12]}, whose commits in {repo.git} could not be read"
+        changes, commits = found
+        names: dict[str, set[str]] = {}
+        for commit, _source, path, mode, blob in changes[:MAX_CHANGES]:
+            if commit not in names and _needs_names(path):
+                names[commit] = {f"{repo.prefix}/{n}" for n in _tree_names(gitdir, commit)}
+            why = self._risky(f"{repo.prefix}/{path}", mode, entry_target(gitdir, mode, blob), names.get(commit, set()))
+            if why is not None:
+                return (f"a gitlink to {oid[:12]}, whose commit {commit[:12]} in {repo.git} holds "
+                        f"{repo.prefix}/{path} ({why}): `git submodule update` on the host writes it")
+        if commits >= MAX_COMMITS or len(changes) > MAX_CHANGES:
+            return f"a gitlink to {oid[:12]}, with more commits in {repo.git} than kooi judges"
+        return None
 
     def _introduced(self, repo: Repo, refs: dict[str, str], head: str, said: list[dict[str, str]]) -> list[dict[str, str]]:
         """Files the host would run in any commit the run introduced (reachable from its
@@ -219,7 +287,7 @@ class Listed:
                 continue
             if commit not in names and _needs_names(rel):
                 names[commit] = {at + n for n in _tree_names(gitdir, commit)}
-            target = git_plumbing(gitdir, "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
+            target = entry_target(gitdir, mode, oid)
             if (why := self._risky(at + rel, mode, target, names.get(commit, set()))) is not None:
                 done.add((at + rel, oid))
                 where = labels.get(source, source[:12])
@@ -279,7 +347,7 @@ class Listed:
                     continue  # the guard's own while the run lasted (a stash took it): configures nothing
                 if names is None and _needs_names(rel):
                     names = {at + n for n in _tree_names(gitdir, new)}
-                target = git_plumbing(gitdir, "cat-file", "blob", oid) if mode >> 12 == 0o12 else None
+                target = entry_target(gitdir, mode, oid)
                 if (why := self._risky(at + rel, mode, target, names or set())) is not None:
                     out.append({"path": at + rel, "change": f"committed on {ref}{of} ({why}): a checkout, `git "
                                                             "stash` or `git reset --hard` on the host writes it",

@@ -339,11 +339,12 @@ GIT_HOOKS = frozenset({
     "p4-post-changelist", "p4-pre-submit", "post-index-change"})
 
 
-def gitfile_targets(root: Path, files: list[str]) -> dict[str, str]:
+def gitfile_targets(root: Path, files: list[str]) -> dict[str, list[str]]:
     """The git directories inside the project that the `.git` files FILES (below the top)
-    name, each with its work tree (review 37: `git init --separate-git-dir` put a nested
-    repository's refs where nothing read them)."""
-    out: dict[str, str] = {}
+    name, each with its work trees (review 37: `git init --separate-git-dir` put a nested
+    repository's refs where nothing read them; review 38: a second `.git` file naming
+    the same directory is a second place its commits are checked out)."""
+    out: dict[str, list[str]] = {}
     real_root = os.path.realpath(root)
     for rel in files:
         try:
@@ -360,7 +361,7 @@ def gitfile_targets(root: Path, files: list[str]) -> dict[str, str]:
         # was skipped; `L/..` is not the directory normpath makes of it).
         real = os.path.realpath(os.path.join(root, tree, m.group(1).strip()))
         if real.startswith(real_root + os.sep) and os.path.isdir(real):
-            out.setdefault(os.path.relpath(real, real_root), tree)
+            out.setdefault(os.path.relpath(real, real_root), []).append(tree)
     return out
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .fsat import MAX_DATA_BYTES, Fingerprint, chown_tree, copy_at, fingerprint, open_dir, read_at, remove_at
-from .gitdata import git_plumbing, index_hidden, index_walk, lines_matching
+from .gitdata import entry_target, index_hidden, index_walk, lines_matching
 from .protected import MAX_FILE, is_git_data
 from .snapshot import Entry, GuardError, is_git_dir, restore
 
@@ -96,10 +96,11 @@ class Shadows:
         return sorted(dict.fromkeys(out), key=lambda g: (len(Path(g).parts), g))
 
     def _mine(self, t: Throwaway, rel: str) -> bool:
-        """REL belongs to T's git directory (not to another inside it)."""
+        """REL belongs to T's git directory (not to another inside it: a submodule's
+        under .git/modules is inside the project's .git, whose throwaway is not its)."""
         if not (rel == t.git or rel.startswith(t.git + "/")):
             return False
-        return not any(o.git != t.git and rel.startswith(o.git + "/") for o in self.throwaways)
+        return not any(o.git.startswith(t.git + "/") and rel.startswith(o.git + "/") for o in self.throwaways)
 
     def shadows(self, base: Path) -> list[tuple[str, Path]]:
         """Make the throwaway git directories in BASE (a new directory), their config
@@ -180,7 +181,8 @@ class Shadows:
             (top / "HEAD").write_bytes(PLACEHOLDER_HEAD)
         for i, f in enumerate(files):
             copy = base / f"f{i}" / ".git"
-            restore(base / f"f{i}", ".git", self.protected[f])
+            copy.parent.mkdir(mode=0o700)
+            restore(copy.parent, ".git", self.protected[f])
             mounts.append((f, copy))
             nested.append((f, copy))
             self.file_copies.append((f, copy))
@@ -369,6 +371,9 @@ class Shadows:
     def _risky(self, rel: str, mode: int, link_target: bytes | None, names: set[str]) -> str | None:
         raise NotImplementedError  # Guard's (run.listed)
 
+    def _places(self, git: str) -> list[str]:
+        raise NotImplementedError  # Guard's (run.listed)
+
     def _data_refusal(self, copy_fd: int, real_fd: int, name: str, now: Fingerprint | None,
                       git: str = ".git") -> str | None:
         """Why git's data file NAME as the workload left it (NOW, in COPY_FD) is not
@@ -398,20 +403,21 @@ class Shadows:
             for n in os.listdir(real_fd):
                 if n == "index" or n.startswith("sharedindex."):
                     index_walk(read_at(real_fd, n), None, was)
-            top = git.rpartition("/")[0]
-            names = {(f"{top}/" if top else "") + p.decode(errors="replace") for p in staged}
             touched = []
-            for path, entry in staged.items():
-                rel = (f"{top}/" if top else "") + path.decode(errors="replace")
-                mode = int.from_bytes(entry[:4], "big")
-                # An empty file writes nothing that runs (kooi's own placeholders, an
-                # empty .gitmodules, are staged by a workload's `git add -A`).
-                if was.get(path) == entry or entry[4:] in EMPTY_BLOBS and mode >> 12 == 0o10:
-                    continue
-                target = git_plumbing(self.root / git, "cat-file", "blob", entry[4:].hex()) \
-                    if mode >> 12 == 0o12 else None
-                if (why := self._risky(rel, mode, target, names)) is not None:
-                    touched.append(f"{rel}: {why}")
+            # Where its files are checked out (a submodule's, from .git/modules: its
+            # core.worktree; until now its index was judged at .git/modules and kept whole).
+            for top in self._places(git):
+                names = {(f"{top}/" if top else "") + p.decode(errors="replace") for p in staged}
+                for path, entry in staged.items():
+                    rel = (f"{top}/" if top else "") + path.decode(errors="replace")
+                    mode = int.from_bytes(entry[:4], "big")
+                    # An empty file writes nothing that runs (kooi's own placeholders, an
+                    # empty .gitmodules, are staged by a workload's `git add -A`).
+                    if was.get(path) == entry or entry[4:] in EMPTY_BLOBS and mode >> 12 == 0o10:
+                        continue
+                    target = entry_target(self.root / git, mode, entry[4:].hex())
+                    if (why := self._risky(rel, mode, target, names)) is not None:
+                        touched.append(f"{rel}: {why}")
             touched.sort()
             if touched:
                 return (f"staged ({'; '.join(touched[:3])}): the host's `git checkout` or `git restore` would write "
