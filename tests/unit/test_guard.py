@@ -739,6 +739,11 @@ def test_what_the_envrc_runs_from_the_project_is_put_back_however_it_says_so(rep
     (lambda r: (r / ".envrc").write_text("layout php\n"), "vendor/bin"),
     (lambda r: (r / ".envrc").write_text("layout python3\n"), ".direnv"),
     (lambda r: (r / ".envrc").write_text("export PATH=$PWD:$PATH\n"), "."),
+    # documented as not said until now: `tox -e py311` and `nox -s tests` reuse them
+    (lambda r: (r / ".tox/py311").mkdir(parents=True) or (r / ".tox/py311/pyvenv.cfg").write_text("home = /x\n"),
+     ".tox/py311"),
+    (lambda r: (r / "sub/.nox/tests").mkdir(parents=True) or (r / "sub/.nox/tests/pyvenv.cfg").write_text("x\n"),
+     "sub/.nox/tests"),
 ])
 def test_what_runs_on_the_host_and_kooi_cannot_keep_is_said(repo, setup, exposed):
     """The ninth review: husky's installed hook runs `npx lint-staged`, which runs

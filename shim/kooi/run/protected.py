@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .links import leads_out
-from .toolnames import ENV_DIRS, NESTED, deep_name, nested_name, watched_deep
+from .toolnames import ENV_DIRS, ENV_PARENTS, NESTED, deep_name, nested_name, watched_deep
 from .vcsconf import VCS_SETTINGS, vcs_setting
 
 # Python modules the host imports from the project's top when someone runs `python3 -m
@@ -551,7 +551,7 @@ def walk_project(root: Path, limit: int = MAX_WALK, bare: list[str] | None = Non
                     links[child] = os.readlink(root / child)
                 except OSError:
                     links[child] = "?"
-            env = not out and not in_env and e.name in ENV_DIRS and (
+            env = not out and not in_env and (e.name in ENV_DIRS or rel.rpartition("/")[2] in ENV_PARENTS) and (
                 link or is_dir and is_env(root / child, e.name))
             if env and envs is not None and (rel or link):
                 envs.append(child)

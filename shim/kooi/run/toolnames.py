@@ -166,6 +166,10 @@ ENV_DIRS = frozenset({"node_modules", ".venv", "venv", "env", ".conda",
                       # Terraform's providers: binaries `terraform plan` and its language
                       # server run (review 35)
                       ".terraform"})
+# Directories whose every Python environment (its pyvenv.cfg) the host's tools run,
+# whatever its name: tox's `.tox/ENV` and nox's `.nox/SESSION` (`tox -e py311` and
+# `nox -s tests` on the host reuse them, and editors offer them as interpreters).
+ENV_PARENTS = frozenset({".tox", ".nox"})
 
 
 # Names of a kind protected in every directory below the top too.
