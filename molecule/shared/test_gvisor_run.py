@@ -11,6 +11,7 @@ The verify playbook runs it after the runc runs of the same examples, whose proj
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
@@ -142,3 +143,44 @@ def test_a_gvisor_runs_broker_refuses_any_other_runtime(host, ctx):
     assert execd and " 4.4.0 " in execd[0] and "Sun Jan 10 15:06:54 PST 2016" in execd[0], lines
     assert "PROBE exec exit 0" in lines and lines.count("PROBE removed 204") == 2, lines
     assert result["broker"]["refused"] == 3, result["broker"]
+
+
+def test_a_persons_session_runs_under_gvisor_and_keeps_its_home(host, ctx):
+    """Issue 30 on the userns-remap engine behind kooi-authz, at the gVisor level: a
+    session of the installed shell-session workflow (min_isolation: gvisor) starts, a
+    command in it runs in gVisor's kernel as the session's user with no capabilities,
+    its home (an engine volume in the remapped range) is kept across stop and start, and
+    stop gives a run's result with the session's section."""
+    workflow(host, "session-gvisor", "shell-session", timeout=900)
+    project = f"{ctx.engine.runner_home}/kooi-verify/gvisor-session"
+    host.run(f"runuser -u {ctx.runner} -- mkdir -p {project}")
+    env = f"KOOI_WORKFLOW_DIR={WFDIR}"
+
+    def session(*args: str) -> tuple[int, str]:
+        res = host.run(f"{env} kooi session {' '.join(shlex.quote(a) for a in args)} 2>&1")
+        return res.rc, res.stdout
+
+    def start() -> None:
+        rc, out = session("start", "session-gvisor", "--project", project, "--person", "verify")
+        assert rc == 0, out[-3000:]
+
+    session("stop", "session-gvisor", "--person", "verify")  # a failed earlier verify's
+    session("reset", "session-gvisor", "--person", "verify")
+    start()
+    try:
+        rc, out = session("exec", "session-gvisor", "--person", "verify", "--", "sh", "-c",
+                          "cat /proc/version; id -u; grep CapEff /proc/self/status; echo kept > ~/.verify-kept; exit 3")
+        assert rc == 3, out
+        assert " 4.4.0 " in out and re.search(r"^CapEff:\s+0+$", out, re.M), out  # gVisor's kernel, no capabilities
+        assert re.search(r"^[1-9][0-9]*$", out, re.M), out  # not root
+        rc, out = session("stop", "session-gvisor", "--person", "verify", "--json")
+        assert rc == 0, out
+        result = json.loads(out[out.index("{"):])
+        assert result["isolation"] == "gvisor" and result["reason"] == "ok", result
+        assert result["session"]["end"] == "stopped" and result["session"]["person"] == "verify", result
+        start()
+        rc, out = session("exec", "session-gvisor", "--person", "verify", "--", "sh", "-c", "cat ~/.verify-kept")
+        assert rc == 0 and out.strip() == "kept", out
+    finally:
+        session("stop", "session-gvisor", "--person", "verify")
+        session("reset", "session-gvisor", "--person", "verify")

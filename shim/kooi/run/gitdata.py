@@ -283,7 +283,10 @@ def git_plumbing(gitdir: str | os.PathLike[str], *args: str, timeout: float = 12
            "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_NO_REPLACE_OBJECTS": "1", "GIT_OPTIONAL_LOCKS": "0",
            "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
     try:
-        r = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", *args],
+        # The caches git takes on trust are never read (review 39: a junk multi-pack-index
+        # made `cat-file` fail, and a commit counted as none).
+        r = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
+                            "-c", "core.multiPackIndex=false", "-c", "core.commitGraph=false", *args],
                            cwd="/", env=env, input=stdin if stdin is not None else b"", capture_output=True,
                            timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired):
@@ -397,7 +400,10 @@ def introduced(gitdir: str | os.PathLike[str], tips: list[str], old: list[str],
     commit reachable from TIPS but from none of OLD adds or changes against a parent
     (each parent of a merge; a root commit's files), newest first, and how many commits
     that was (MAX_COMMITS at most); None when git cannot tell."""
-    tips, old = commits_of(gitdir, tips) or [], commits_of(gitdir, old) or []
+    found_tips, found_old = commits_of(gitdir, tips), commits_of(gitdir, old)
+    if found_tips is None or found_old is None:
+        return None  # unreadable is no "no commits" (review 39)
+    tips, old = found_tips, found_old
     if not tips:
         return [], 0
     out = git_plumbing(gitdir, "log", "--stdin", f"--max-count={max_commits}", "-m", "--raw", "-z",

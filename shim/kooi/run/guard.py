@@ -63,7 +63,7 @@ from .protected import (
     walk_project,
 )
 from .shadows import Shadows, Throwaway
-from .snapshot import MAX_ENTRIES_AFTER, Entry, change_of, lentry, remove_path, restore, scan
+from .snapshot import MAX_ENTRIES_AFTER, Entry, change_of, is_git_dir, lentry, remove_path, restore, scan
 from .snapshot import GuardError as GuardError  # re-exported: Guard raises it
 from .toolnames import PROTECTED, top_glob
 
@@ -196,7 +196,9 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
             except OSError:
                 pass
         self.extra = extra + others + deep
-        self.git_dirs = tuple(dict.fromkeys((".git", *gitdirs, *dirs)))
+        targets = gitfile_targets(self.root, others)  # review 39: those outside other git directories too
+        self.git_dirs = tuple(dict.fromkeys((".git", *gitdirs, *dirs, *(t for t in targets if is_git_dir(self.root, t) and not any(
+            t.startswith(f"{g}/") for g in (".git", *dirs))))))
         # A protected or watched name that leads elsewhere in the project through a link:
         # the host's tools read the target, so that is protected (watched) too.
         try:
@@ -208,15 +210,14 @@ class Guard(Listed, Shadows, ForgeryChecks, MadeByWorkload):
         found = read_refs(self.root / ".git") if os.path.isdir(self.root / ".git") else None
         self.refs, self.head = found if found is not None else (None, "")
         self.nested_refs = {}
-        for gd in self.git_dirs[1:MAX_GIT_DIRS + 1]:
-            if os.path.isdir(self.root / gd) and not os.path.islink(self.root / gd) \
-                    and (nested := read_refs(self.root / gd)) is not None:
-                self.nested_refs[gd] = [nested[0], nested[1]]
-        for gd, trees in [*((m, []) for m in module_git_dirs(self.root, MAX_GIT_DIRS)),  # review 36: submodules'
-                          *gitfile_targets(self.root, others).items()]:  # review 37: `.git` files' elsewhere
-            if len(self.nested_refs) < MAX_GIT_DIRS and gd not in self.nested_refs \
-                    and (nested := read_refs(self.root / gd)) is not None:
-                self.nested_refs[gd] = [nested[0], nested[1], *trees]
+        # Submodules' (review 36), at every place a `.git` file names one from (reviews 37, 39)
+        trees: dict[str, list[str]] = {m: [] for m in (*self.git_dirs[1:], *module_git_dirs(self.root, MAX_GIT_DIRS))}
+        for gd, places in targets.items():
+            trees.setdefault(gd, []).extend(places)
+        for gd, places in trees.items():
+            if len(self.nested_refs) < MAX_GIT_DIRS and os.path.isdir(self.root / gd) \
+                    and not os.path.islink(self.root / gd) and (nested := read_refs(self.root / gd)) is not None:
+                self.nested_refs[gd] = [nested[0], nested[1], *places]
         self.tips = {}
         for gd in ([".git"] if self.refs is not None else []) + list(self.nested_refs):
             found_tips = read_tips(self.root / gd)

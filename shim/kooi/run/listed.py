@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from .gitdata import (
     NULL_IDS,
+    commits_of,
     entry_target,
     git_plumbing,
     introduced,
@@ -110,6 +111,8 @@ class Listed:
         if mode >> 12 == 0o16:
             return self._gitlinked(rel, (link_target or b"").decode(errors="replace"))
         parent, _, name = rel.rpartition("/")
+        if mode >> 12 == 0o12 and link_target is None:
+            return "a symlink whose target kooi could not read"  # review 39: judged as inside the project
         if mode >> 12 == 0o12:
             if name in NESTED or name in VCS_SETTINGS:
                 # Tools read their settings through it (review 36: `.cargo -> c` beside
@@ -194,8 +197,11 @@ class Listed:
         return [r.prefix for r in self._repos if r.git == git] or [self._place(git, [])[0]]
 
     def _place(self, gd: str, trees: list[str]) -> list[str]:
-        return trees or [gd[:-len("/.git")] if gd.endswith("/.git") else module_work_tree(self.root, gd)
-                         if gd.startswith(".git/modules/") else ""]
+        """Where GD checks out its files: its own place (a nested `X/.git`'s X, a
+        submodule's core.worktree) and TREES, the places of `.git` files naming it."""
+        own = gd[:-len("/.git")] if gd.endswith("/.git") else module_work_tree(self.root, gd) \
+            if "/modules/" in f"/{gd}" else ""
+        return list(dict.fromkeys([*([own] if own else []), *trees])) or [""]
 
     def _first(self, git: str) -> Repo | None:
         return next((r for r in self._repos if r.git == git), None)
@@ -217,16 +223,24 @@ class Listed:
         return why
 
     def _gitlink_in(self, repo: Repo, oid: str) -> str | None:
+        """What `git submodule update` writes at REPO's place from the commit OID: its
+        files against what REPO had checked out when the run began (review 39: a
+        gitlink moved back to an older commit that still held `.envrc`), and what the
+        commits new to REPO hold (a checkout of one of them there later)."""
         gitdir = self.root / repo.git
         start = repo.head if HEX_ID.fullmatch(repo.head) else repo.refs.get(repo.head)
         old = {*(repo.tips if isinstance(repo.tips, list) else ()), *([start] if start else []),
                *(v for v in repo.refs.values() if HEX_ID.fullmatch(v))}
-        if not HEX_ID.fullmatch(oid) or oid in old:
+        if not HEX_ID.fullmatch(oid) or oid == start:
             return None
-        found = introduced(gitdir, [oid], sorted(old - NULL_IDS), MAX_COMMITS)
-        if found is None:
+        if (present := commits_of(gitdir, [oid])) == []:
+            return None  # not here: `git submodule update` fetches it from the project's remote
+        checked_out = tree_changes(gitdir, start, oid) if present else None
+        found = introduced(gitdir, [oid], sorted(old - NULL_IDS), MAX_COMMITS) if oid not in old else ([], 0)
+        if found is None or checked_out is None:
             return f"a gitlink to {oid[:12]}, whose commits in {repo.git} could not be read"
         changes, commits = found
+        changes = [(oid, "", path, mode, blob) for path, mode, blob in checked_out] + changes
         names: dict[str, set[str]] = {}
         for commit, _source, path, mode, blob in changes[:MAX_CHANGES]:
             if commit not in names and _needs_names(path):

@@ -90,9 +90,11 @@ class Shadows:
         target, nested repositories' and the submodules' under .git/modules, where they
         are real directories and protected."""
         out = [g for g in self.git_dirs if g not in self.unprotected and self.protected.get(g, Entry("x")).kind == "dir"]
-        if ".git" in out and ".git/modules" not in self.unprotected:
-            out += [k for k, e in self.protected.items() if k.startswith(".git/modules/") and e.kind == "dir"
-                    and is_git_dir(self.root, k)]
+        # The submodules' repositories in each one's modules/ (a nested repository's too:
+        # review 39), each a throwaway of its own with its data bound in.
+        mods = tuple(g for g in out if f"{g}/modules" not in self.unprotected)
+        out += [k for k, e in self.protected.items() if e.kind == "dir" and any(k.startswith(f"{g}/modules/") for g in mods)
+                and is_git_dir(self.root, k)]
         return sorted(dict.fromkeys(out), key=lambda g: (len(Path(g).parts), g))
 
     def _mine(self, t: Throwaway, rel: str) -> bool:

@@ -86,6 +86,13 @@ def is_git_dir(root: Path, rel: str) -> bool:
     return rel in ("", ".git") or (root / rel / "HEAD").exists() or (root / rel / "config").exists()
 
 
+def in_modules(rel: str, git_dirs: tuple[str, ...]) -> bool:
+    """REL lies in the `modules` directory of one of GIT_DIRS (or of the project's .git):
+    where git keeps submodules' repositories, also of a nested repository's submodules
+    (review 39: n/.git/modules/s was scanned, copied and compared whole)."""
+    return any(rel.startswith(f"{g}/modules/") for g in (".git", *git_dirs))
+
+
 def scan(root: Path, paths: tuple[str, ...], content: bool = True, strict: bool = True,
          skip: tuple[str, ...] = (), git_dirs: tuple[str, ...] = (".git",)) -> dict[str, Entry]:
     """Every entry at and below PATHS in ROOT, never through a symlink (a parent that is
@@ -129,14 +136,16 @@ def scan(root: Path, paths: tuple[str, ...], content: bool = True, strict: bool 
                 raise GuardError(f"{root / rel}: cannot list it ({exc.strerror})") from None
             out[rel] = Entry("unreadable", e.mode, (exc.strerror or "").encode())
             continue
-        in_git = rel in git_dirs or rel.startswith(".git/modules/") and is_git_dir(root, rel)
+        modules = in_modules(rel, git_dirs)
+        in_git = rel in git_dirs or modules and is_git_dir(root, rel)
         for name in names:
             child = f"{rel}/{name}" if rel else name
             if in_git and is_git_data(name):
                 if name == "modules":
                     todo.append(child)  # submodules' git directories: the same rule
                 continue
-            if rel.startswith(".git/modules") and not in_git and not os.path.isdir(root / child):
+            if (modules or rel.endswith("/modules") and in_modules(rel + "/", git_dirs)) and not in_git \
+                    and not os.path.isdir(root / child):
                 continue  # between module directories: only directories lead anywhere
             todo.append(child)
     return out
