@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from . import verdicts
 from .engineapi import BRIDGE_NAME
 from .gojson import field, fold
-from .labels import HOME_VOLUME_PREFIX
 
 if TYPE_CHECKING:
     from .policy import Policy
@@ -461,9 +460,6 @@ def is_root_user(user: str) -> bool:
 def _volume_create(doc: dict[str, Any], policy: Policy) -> Decision:
     if (d := unknown_field(doc, "VolumeCreate", "volume create")) is not None:
         return d
-    name = field(doc, "Name")
-    if isinstance(name, str) and name.startswith(HOME_VOLUME_PREFIX):
-        return deny(f"volume {name[:80]!r}: names {HOME_VOLUME_PREFIX}* are kooi's sessions' kept homes")
     driver = field(doc, "Driver") or "local"
     if driver != "local":
         return deny(f"volume driver {driver!r} refused")
