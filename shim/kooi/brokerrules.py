@@ -295,8 +295,7 @@ class Rules:
         if not isinstance(name, str) or not name:
             return None  # the engine names it
         if name.startswith(labels.HOME_VOLUME_PREFIX):
-            # A person's home, made before their first session (review 14). The broker's
-            # rule, not the policy's: kooi itself makes them on the engine kooi-authz guards.
+            # A person's home made before their session (review 14): the broker's rule, not kooi-authz's
             return deny(f"volume {name[:80]!r}: names {labels.HOME_VOLUME_PREFIX}* are kooi's sessions' kept homes")
         d, real = self.name_of_its_own("volume", name)
         if d is None:

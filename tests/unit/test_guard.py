@@ -1749,3 +1749,58 @@ def test_review_39_a_nested_repositorys_submodule_has_its_own_throwaway(repo, tm
     assert "n/.git/modules/s" in m and "n/.git/modules/s/objects" in m, sorted(m)
     rec = g.check()
     assert rec["refused"] == [] and rec["restored"], rec
+
+
+def test_review_40_a_protected_file_staged_in_a_conflict_stage_keeps_the_index(repo, tmp_path_factory):
+    """Review 40 (high): the index held `.envrc` in conflict stages 1 to 3, stage 2 (ours)
+    the workload's; only the last stage was judged (equal to the project's), the index
+    came back, and the host's `git checkout -m -- .envrc` wrote the workload's."""
+    (repo / ".envrc").write_text("export A=1\n")
+    git(repo, "add", "-Af")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    b = git(repo, "rev-parse", ":.envrc", git_dir=view).strip()
+    e = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="touch /tmp/pwned\n").strip()
+    zero = "0" * 40
+    git(repo, "update-index", "--index-info", git_dir=view,
+        input_text=f"0 {zero}\t.envrc\n100644 {b} 1\t.envrc\n100644 {e} 2\t.envrc\n100644 {b} 3\t.envrc\n")
+    rec = g.check()
+    refused = {r["path"]: r["change"] for r in rec["refused"]}
+    assert ".envrc" in refused.get(".git/index", ""), rec["refused"]
+    assert "UU" not in git(repo, "status", "--porcelain")
+
+
+def test_review_40_the_bound_data_check_past_its_budget_fails_the_run(repo, tmp_path_factory, monkeypatch):
+    """Review 40 (medium): the check of git's bound data directories stopped unsaid
+    after its budget (a million entries), and a ref that is a link to a project file
+    past it stayed: the host's `git checkout` took it."""
+    from kooi.run import forgery
+
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    simulate(repo, g.shadows(base), base)
+    monkeypatch.setattr(forgery, "MAX_ENTRIES_AFTER", 1)  # 20 entries
+    for i in range(40):
+        (repo / f".git/refs/aaaa/d{i:02}").mkdir(parents=True)
+    (repo / ".git/refs/aaaa/zz").mkdir()
+    (repo / ".git/refs/aaaa/zz/feature").symlink_to("../../../../src.txt")
+    rec = g.check()
+    assert not rec["restored"] and any("entries" in f for f in rec["restore_failed"]), rec
+
+
+def test_review_40_a_gitlink_to_a_commit_its_repository_lacks_is_said(repo, tmp_path_factory):
+    """Review 40 (medium): the gitlinked commit was absent from the submodule's
+    repository, so unjudged; `git submodule update` fetched it from the submodule's
+    remote, a bare repository inside the project the workload had committed to."""
+    lib = _submodule(repo, tmp_path_factory)
+    g = guarded(repo)
+    git(repo, "update-index", "--cacheinfo", f"160000,{'1' * 40},lib")
+    git(repo, "commit", "-qm", "bump")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert "does not hold" in said.get("lib", ""), said
+    assert lib.is_dir()

@@ -4,6 +4,7 @@ index-pack --verify`), git's data directories (nothing there git never makes).""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -35,7 +36,8 @@ def index_walk(data: bytes, hidden: set[bytes] | None = None,
                entries: dict[bytes, bytes] | None = None) -> str | None:
     """Walk git's index DATA: why it must not reach the host, or None; HIDDEN gets the
     paths whose flags hide them from the host's git, ENTRIES every path with what git
-    writes to the work tree from it (its mode and object id)."""
+    writes to the work tree from it (its mode and object id): a conflict's stages 1 to 3
+    as PATH NUL STAGE."""
     if len(data) < 12 or data[:4] != b"DIRC":
         return "not an index"
     version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
@@ -72,7 +74,11 @@ def index_walk(data: bytes, hidden: set[bytes] | None = None,
                     path = data[pos:end]
                     pos = start + ((end - start) // 8 + 1) * 8
                 prev = path
-                staged[path] = data[start + 24:start + 28] + data[start + 40:start + 40 + hashlen]
+                # A conflict's stages each under a key of their own (review 40: stage 2 held
+                # the workload's .envrc, and only the last stage of a path was judged).
+                stage = (flags >> 12) & 3
+                staged[path + b"\0%d" % stage if stage else path] = \
+                    data[start + 24:start + 28] + data[start + 40:start + 40 + hashlen]
                 if flags & _CE_VALID or ext & _CE_SKIP_WORKTREE:
                     found.add(path)
                 parts = path.split(b"/")
@@ -173,7 +179,8 @@ def bound_problems(fd: int, rel: str, out: list[str], budget: list[int]) -> None
     for e in os.scandir(fd):
         budget[0] -= 1
         if budget[0] < 0:
-            return
+            # Said, never a silent stop (review 40: a link among the entries past it stayed)
+            raise OSError(errno.E2BIG, "more entries than kooi checks there; remove the extra directories")
         names.add(e.name)
         child = f"{rel}/{e.name}"
         if e.is_dir(follow_symlinks=False):

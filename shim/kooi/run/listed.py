@@ -234,7 +234,10 @@ class Listed:
         if not HEX_ID.fullmatch(oid) or oid == start:
             return None
         if (present := commits_of(gitdir, [oid])) == []:
-            return None  # not here: `git submodule update` fetches it from the project's remote
+            # `git submodule update` fetches it from the submodule's remote, which may lie
+            # in the project (review 40: a bare repository there the workload committed to)
+            return (f"a gitlink to {oid[:12]}, a commit {repo.git} does not hold: `git submodule update` fetches "
+                    "it from the submodule's remote; check what it checks out")
         checked_out = tree_changes(gitdir, start, oid) if present else None
         found = introduced(gitdir, [oid], sorted(old - NULL_IDS), MAX_COMMITS) if oid not in old else ([], 0)
         if found is None or checked_out is None:

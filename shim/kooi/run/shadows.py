@@ -409,9 +409,9 @@ class Shadows:
             # Where its files are checked out (a submodule's, from .git/modules: its
             # core.worktree; until now its index was judged at .git/modules and kept whole).
             for top in self._places(git):
-                names = {(f"{top}/" if top else "") + p.decode(errors="replace") for p in staged}
+                names = {(f"{top}/" if top else "") + p.split(b"\0")[0].decode(errors="replace") for p in staged}
                 for path, entry in staged.items():
-                    rel = (f"{top}/" if top else "") + path.decode(errors="replace")
+                    rel = (f"{top}/" if top else "") + path.split(b"\0")[0].decode(errors="replace")
                     mode = int.from_bytes(entry[:4], "big")
                     # An empty file writes nothing that runs (kooi's own placeholders, an
                     # empty .gitmodules, are staged by a workload's `git add -A`).
