@@ -1804,3 +1804,77 @@ def test_review_40_a_gitlink_to_a_commit_its_repository_lacks_is_said(repo, tmp_
     said = {c["path"]: c["change"] for c in rec["watched_changed"]}
     assert "does not hold" in said.get("lib", ""), said
     assert lib.is_dir()
+
+
+def _index_with(view: Path, repo: Path, change) -> None:
+    """The throwaway VIEW's index rewritten by CHANGE (bytes of its entries and
+    extensions, without the checksum -> new bytes), with a valid SHA-1 checksum."""
+    import hashlib
+
+    data = (view / "index").read_bytes()[:-20]
+    data = change(data)
+    (view / "index").write_bytes(data + hashlib.sha1(data).digest())
+
+
+def test_review_41_an_index_is_read_as_git_reads_it_and_reaches_the_host_without_its_caches(repo, tmp_path_factory):
+    """Review 41 (high, three ways): an entry `.envrc` whose padding held `.envrcXYZ`
+    (kooi read up to the NUL, git the flags' name length); a cache tree (TREE) and a
+    resolve-undo record (REUC) of the workload's, which the host's next commit and
+    `git checkout -m` took. The index is read with the flags' lengths and reaches the
+    host with its entries alone."""
+    (repo / ".envrc").write_text("export A=1\n")
+    git(repo, "add", "-Af")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    evil = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="touch /tmp/pwned\n").strip()
+    raw = bytes.fromhex(evil)
+
+    def reuc(data: bytes) -> bytes:
+        body = b".envrc\0" + b"100644\0" * 3 + raw * 3
+        return data + b"REUC" + len(body).to_bytes(4, "big") + body
+    (repo / "new.txt").write_text("work\n")
+    git(repo, "add", "new.txt", git_dir=view)
+    _index_with(view, repo, reuc)
+    assert ".envrc" in git(repo, "ls-files", "--resolve-undo", git_dir=view)
+    rec = g.check()
+    assert rec["restored"] and not any(r["path"] == ".git/index" for r in rec["refused"]), rec["refused"]
+    assert git(repo, "ls-files", "--resolve-undo") == ""  # the record is gone, the work is staged
+    assert "new.txt" in git(repo, "ls-files")
+
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    git(repo, "update-index", "--add", "--cacheinfo", f"100644,{evil},.envrcXYZ", git_dir=view)
+    git(repo, "update-index", "--force-remove", ".envrc", git_dir=view)
+
+    def renamed(data: bytes) -> bytes:
+        # the entry's name length from 9 to what makes git 2.39 list `.envrc` (5)
+        at = data.index(b".envrcXYZ\0")
+        flags = int.from_bytes(data[at - 2:at], "big")
+        return data[:at - 2] + ((flags & ~0xFFF) | 5).to_bytes(2, "big") + data[at:]
+    _index_with(view, repo, renamed)
+    assert ".envrc" in git(repo, "ls-files", "-s", git_dir=view).split()
+    rec = g.check()
+    refused = {r["path"]: r["change"] for r in rec["refused"]}
+    assert "kept the project's" in refused.get(".git/index", ""), rec["refused"]
+    assert git(repo, "ls-files", "-s", ".envrc").split()[1] != evil
+
+
+@pytest.mark.parametrize("name", ["rr-cache/0123abcd/postimage", "branches/origin", "BISECT_START", "gc.log"])
+def test_review_41_rerere_records_branches_a_bisect_and_gc_log_are_the_throwaways(repo, tmp_path_factory, name):
+    """Review 41: git data that the host's git acts on: a recorded resolution (rerere
+    replayed it into the host's next merge), a `branches/` remote (`git pull` fetched
+    from the workload's bundle), a bisect's start (`git bisect reset` checked out an
+    abbreviated id), gc.log (printed raw at `git gc --auto`): dropped, listed."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    (view / name).parent.mkdir(parents=True, exist_ok=True)
+    (view / name).write_text("the workload's\n")
+    rec = g.check()
+    assert not (repo / ".git" / name).exists()
+    assert any(r["path"].startswith(f".git/{name.split('/')[0]}") and r["how"] == "shadowed" for r in rec["refused"]), rec

@@ -32,18 +32,31 @@ def index_hidden(data: bytes) -> set[bytes] | None:
     return out if index_walk(data, out) is None else None
 
 
+def _index_hashes(data: bytes) -> list[int]:
+    """The hash lengths git's index DATA may be read with: the one whose checksum its
+    trailer holds (git refuses any other), both where the trailer is null
+    (index.skipHash)."""
+    found = [n for n, algo in ((20, "sha1"), (32, "sha256"))
+             if len(data) > n and hashlib.new(algo, data[:-n]).digest() == data[-n:]]
+    return found or [n for n in (20, 32) if len(data) > n and not any(data[-n:])]
+
+
 def index_walk(data: bytes, hidden: set[bytes] | None = None,
-               entries: dict[bytes, bytes] | None = None) -> str | None:
-    """Walk git's index DATA: why it must not reach the host, or None; HIDDEN gets the
-    paths whose flags hide them from the host's git, ENTRIES every path with what git
-    writes to the work tree from it (its mode and object id): a conflict's stages 1 to 3
-    as PATH NUL STAGE."""
+               entries: dict[bytes, bytes] | None = None, layout: list[int] | None = None) -> str | None:
+    """Walk git's index DATA as git reads it: why it must not reach the host, or None;
+    HIDDEN gets the paths whose flags hide them from the host's git, ENTRIES every path
+    with what git writes to the work tree from it (its mode and object id): a
+    conflict's stages 1 to 3 as PATH NUL STAGE; LAYOUT the hash length, where the
+    entries end, and whether a split index's `link` extension follows."""
     if len(data) < 12 or data[:4] != b"DIRC":
         return "not an index"
     version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
     if version not in (2, 3, 4):
         return f"index version {version}"
-    for hashlen in (20, 32):
+    hashes = _index_hashes(data)
+    if not hashes:
+        return "an index whose checksum does not match (git would refuse it)"
+    for hashlen in hashes:
         pos, prev, bad = 12, b"", None
         found: set[bytes] = set()
         staged: dict[bytes, bytes] = {}
@@ -51,6 +64,7 @@ def index_walk(data: bytes, hidden: set[bytes] | None = None,
             for _ in range(count):
                 start = pos
                 flags = int.from_bytes(data[pos + 40 + hashlen:pos + 42 + hashlen], "big")
+                namelen = flags & 0xFFF
                 pos += 42 + hashlen
                 ext = 0
                 if version >= 3 and flags & _CE_EXTENDED:
@@ -67,12 +81,18 @@ def index_walk(data: bytes, hidden: set[bytes] | None = None,
                         strip += 1
                         shift = 1
                     end = data.index(b"\0", pos)
+                    if strip > len(prev):
+                        raise ValueError("a prefix longer than the name before it")
                     path = prev[: len(prev) - strip] + data[pos:end]
                     pos = end + 1
                 else:
                     end = data.index(b"\0", pos)
                     path = data[pos:end]
                     pos = start + ((end - start) // 8 + 1) * 8
+                # git takes the name's length from the flags (review 41: `.envrc` with
+                # "XYZ" after it in the padding was judged as `.envrcXYZ`).
+                if namelen < 0xFFF and len(path) != namelen:
+                    raise ValueError("a name whose length is not the one its flags say")
                 prev = path
                 # A conflict's stages each under a key of their own (review 40: stage 2 held
                 # the workload's .envrc, and only the last stage of a path was judged).
@@ -85,7 +105,12 @@ def index_walk(data: bytes, hidden: set[bytes] | None = None,
                 if path.startswith(b"/") or any(p in (b"", b".", b"..") or p.lower() == b".git" for p in parts):
                     bad = path.decode(errors="replace")[:200]
                     break
-            if pos > len(data):
+            entries_end, link = pos, False
+            while bad is None and pos < len(data) - hashlen:  # the extensions, each signature and size
+                sig, size = data[pos:pos + 4], int.from_bytes(data[pos + 4:pos + 8], "big")
+                link = link or sig == b"link"
+                pos += 8 + size
+            if bad is None and pos != len(data) - hashlen:
                 continue
         except (IndexError, ValueError):
             continue
@@ -93,8 +118,25 @@ def index_walk(data: bytes, hidden: set[bytes] | None = None,
             hidden |= found
         if entries is not None:
             entries.update(staged)
+        if layout is not None:
+            layout[:] = [hashlen, entries_end, int(link)]
         return f"an entry at {bad!r}" if bad is not None else None
     return "the index cannot be read"
+
+
+def index_entries_only(data: bytes) -> bytes | None:
+    """Git's index DATA with its entries alone and a fresh checksum: the caches and
+    records git keeps beside them (the cache tree, resolve-undo, the untracked cache,
+    fsmonitor's) dropped, since git rebuilds or does without them (review 41: a cache
+    tree naming a tree of the workload's went into the host's next commit, a
+    resolve-undo record came back with `git checkout -m`). None: it cannot be read, or
+    it is a split index (its `link` names a shared part by checksum)."""
+    layout: list[int] = []
+    if index_walk(data, layout=layout) is not None or layout[2]:
+        return None
+    hashlen, end = layout[0], layout[1]
+    body = data[:end]
+    return body + hashlib.new("sha1" if hashlen == 20 else "sha256", body).digest()
 
 
 def index_problem(data: bytes) -> str | None:

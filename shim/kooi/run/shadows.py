@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .fsat import MAX_DATA_BYTES, Fingerprint, chown_tree, copy_at, fingerprint, open_dir, read_at, remove_at
-from .gitdata import entry_target, index_hidden, index_walk, lines_matching
+from .gitdata import entry_target, index_entries_only, index_hidden, index_walk, lines_matching
 from .protected import MAX_FILE, is_git_data
 from .snapshot import Entry, GuardError, is_git_dir, restore
 
@@ -25,7 +25,7 @@ from .snapshot import Entry, GuardError, is_git_dir, restore
 # data directories bound from the real one. The host's git, which runs whenever anyone
 # looks at the project, never sees a config, hook, commondir or a renamed `.git` of the
 # workload's while the run runs. Bound from the real git directory:
-BOUND = ("objects", "refs", "logs", "lfs", "rr-cache")
+BOUND = ("objects", "refs", "logs", "lfs")
 # Git's data that is never copied back from a throwaway: what a host's git would run
 # (a rebase's or cherry-pick's todo list, with its `exec` lines, on `--continue`).
 NOT_COPIED_BACK = frozenset({"rebase-merge", "rebase-apply", "sequencer"})
@@ -301,6 +301,8 @@ class Shadows:
             # (review 16: a refused shared part and the index naming it left every git
             # command on the host failing).
             index_refused = None
+            if "index" in names and fingerprint(copy_fd, "index", content=True) != t.copied.get("index", (None, None))[1]:
+                _drop_index_caches(copy_fd)
             for name in sorted(n for n in names - set(t.bound) if n == "index" or n.startswith("sharedindex.")):
                 now = fingerprint(copy_fd, name, content=True)
                 if now != t.copied.get(name, (None, None))[1] and \
@@ -396,9 +398,13 @@ class Shadows:
         if (name == "index" or name.startswith("sharedindex.")) and now[0] == "file":
             after: set[bytes] = set()
             staged: dict[bytes, bytes] = {}
-            problem = index_walk(read_at(copy_fd, name), after, staged)  # read once: paths, flags, objects
+            layout: list[int] = []
+            problem = index_walk(read_at(copy_fd, name), after, staged, layout)  # read once: paths, flags, objects
             if problem is not None:
                 return f"{problem}: kept the project's"
+            if name == "index" and layout[2]:
+                return ("a split index (core.splitIndex): kooi cannot drop the caches beside its entries (review 41); "
+                        "kept the project's")
             # Review 15: a protected file staged, not in the work tree (add, then rm): the
             # host's `git checkout -- .`, which `git status` suggests, writes it.
             was: dict[bytes, bytes] = {}
@@ -433,3 +439,17 @@ class Shadows:
                                                                               rb"^[0-9a-f]{40,64}$"):
                 return "commits marked shallow (the host's git would show the history cut short): kept the project's"
         return None
+
+
+def _drop_index_caches(copy_fd: int) -> None:
+    """The throwaway's index (the workload's, in kooi's copy) with its entries alone
+    (gitdata.index_entries_only): what is judged is what the host's git gets."""
+    data = read_at(copy_fd, "index")
+    stripped = index_entries_only(data)
+    if stripped is None or stripped == data:
+        return
+    remove_at(copy_fd, ".kooi-index.new")
+    fd = os.open(".kooi-index.new", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=copy_fd)
+    with os.fdopen(fd, "wb") as f:
+        f.write(stripped)
+    os.rename(".kooi-index.new", "index", src_dir_fd=copy_fd, dst_dir_fd=copy_fd)
