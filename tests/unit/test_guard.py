@@ -1943,3 +1943,25 @@ def test_an_index_written_again_reads_as_git_wrote_it(repo, setup):
     assert git(repo, "ls-files", "-s", "-v", "--debug") == listed
     git(repo, "status", "--porcelain")
     assert index_canonical(again, 20) == again
+
+
+def test_review_43_an_entry_of_a_mode_git_does_not_write_keeps_the_index(repo, tmp_path_factory):
+    """Review 43 (high): mode 0x1A1FF is a symlink to git (its file type bits) and was a
+    file to kooi (`mode >> 12`): the host's `git checkout -- .` made `evil -> /etc`."""
+    import hashlib
+
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    target = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="/etc").strip()
+    git(repo, "update-index", "--add", "--cacheinfo", f"120000,{target},evil", git_dir=view)
+    data = (view / "index").read_bytes()[:-20]
+    at = data.index(b"evil\0") - 62
+    data = data[:at + 24] + (0x1A1FF).to_bytes(4, "big") + data[at + 28:]
+    (view / "index").write_bytes(data + hashlib.sha1(data).digest())
+    rec = g.check()
+    refused = {r["path"]: r["change"] for r in rec["refused"]}
+    assert "mode" in refused.get(".git/index", ""), rec["refused"]
+    assert "evil" not in git(repo, "ls-files")

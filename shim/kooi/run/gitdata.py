@@ -45,6 +45,8 @@ class IndexEntry(NamedTuple):
 
 
 _EXT_KNOWN = 0x4000 | 0x2000  # skip-worktree, intent-to-add
+# The modes git writes in an index: a file, an executable, a symlink, a gitlink.
+_MODES = frozenset({0o100644, 0o100755, 0o120000, 0o160000})
 
 
 def index_parse(data: bytes, hashlen: int) -> tuple[list[IndexEntry], bool] | str:
@@ -100,8 +102,14 @@ def index_parse(data: bytes, hashlen: int) -> tuple[list[IndexEntry], bool] | st
                 if len(path) < min(namelen, 0xFFF):
                     return "the index cannot be read"
                 pos = start + ((offset + len(path) + 8) & ~7)
+            if not path and not namelen:
+                return "a split index (core.splitIndex): kooi cannot write it again with its entries alone"
             if namelen < 0xFFF and len(path) != namelen or b"\0" in path or not path:
                 return "an entry whose name is not the length its flags say"
+            if int.from_bytes(data[start + 24:start + 28], "big") not in _MODES:
+                # git checks out by the mode's file type alone (review 43: 0x1A1FF, a
+                # symlink to git, was a file to kooi's `mode >> 12`)
+                return "an entry with a mode git does not write"
             entry = IndexEntry(path, (flags >> 12) & 3, data[start:start + 40], data[start + 40:start + 40 + hashlen],
                                bool(flags & _CE_VALID), ext)
             if out and (out[-1].path, out[-1].stage) >= (path, entry.stage):

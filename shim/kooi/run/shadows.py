@@ -401,7 +401,11 @@ class Shadows:
                 os.close(fd)
             if now[0] != "file" or not _HEAD_RE.match(head):
                 return "not a branch or a commit: kept the project's"
-        if (name == "index" or name.startswith("sharedindex.")) and now[0] == "file":
+        if name.startswith("sharedindex.") and now[0] == "file":
+            # git reads it against the main index's bitmaps and by threads kooi does not
+            # follow (review 43): never the workload's
+            return "a split index's shared part: kept the project's"
+        if name == "index" and now[0] == "file":
             after: set[bytes] = set()
             staged: dict[bytes, bytes] = {}
             hashlen = self._hashlen(git)
