@@ -1919,7 +1919,7 @@ def test_review_42_what_git_reads_of_an_index_is_what_kooi_judged(repo, tmp_path
 def test_an_index_written_again_reads_as_git_wrote_it(repo, setup):
     """index_canonical: git's own indexes of every kind, written again, list the same
     entries with the same flags, and git takes them (status, diff)."""
-    from kooi.run.gitdata import index_canonical
+    from kooi.run.gitindex import index_canonical
 
     (repo / "d").mkdir()
     (repo / "d/a.txt").write_text("a\n")
@@ -1965,3 +1965,61 @@ def test_review_43_an_entry_of_a_mode_git_does_not_write_keeps_the_index(repo, t
     refused = {r["path"]: r["change"] for r in rec["refused"]}
     assert "mode" in refused.get(".git/index", ""), rec["refused"]
     assert "evil" not in git(repo, "ls-files")
+
+
+def test_review_44_a_commit_named_by_a_reflogs_checkout_from_any_path_is_judged(repo, tmp_path_factory):
+    """Review 44 (high): `description` (copied back) held a commit of the workload's and
+    HEAD's reflog said "checkout: moving from description to main": the host's `git
+    checkout -` checked it out (git resolves any path in the git directory as a ref)."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
+    tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
+    evil = git(repo, "commit-tree", "-m", "evil", tree, git_dir=view).strip()
+    head = git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+    (view / "objects/info").mkdir(exist_ok=True)
+    (view / "objects/info/x").write_text(evil + "\n")
+    with (view / "logs/HEAD").open("a") as f:
+        f.write(f"{head} {head} a <a@b> 1796684116 +0000\tcheckout: moving from objects/info/x to main\n")
+    (view / "description").write_text(evil + "\n")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert evil[:12] in said.get(".envrc", ""), said
+    assert evil not in (repo / ".git/description").read_text()
+
+
+@pytest.mark.parametrize("how", ["repeated", "upper-case-replace", "upper-case-shallow"])
+def test_review_44_packed_refs_and_shallow_as_git_reads_them(repo, tmp_path_factory, how):
+    """Review 44: a packed-refs with `refs/tags/v1` twice (git's binary search found the
+    workload's, kooi read the other), an upper-case packed replace ref, an upper-case
+    shallow line: each passed the checks; the project's are kept."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    git(repo, "commit", "-qm", "two", "--allow-empty")
+    git(repo, "tag", "v1", "HEAD~1")
+    git(repo, "pack-refs", "--all")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    head = git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+    old = git(repo, "rev-parse", "HEAD~1", git_dir=view).strip()
+    name = "shallow" if how.endswith("shallow") else "packed-refs"
+    before = (repo / ".git" / name).read_bytes() if (repo / ".git" / name).exists() else None
+    if how == "repeated":
+        lines = (view / "packed-refs").read_text().splitlines()
+        at = next(i for i, ln in enumerate(lines) if ln.endswith(" refs/tags/v1"))
+        lines.insert(at, f"{head} refs/tags/v1")
+        (view / "packed-refs").write_text("\n".join(lines) + "\n")
+    elif how == "upper-case-replace":
+        with (view / "packed-refs").open("a") as f:
+            f.write(f"{head.upper()} refs/replace/{old}\n")
+    else:
+        (view / "shallow").write_text(head.upper() + "\n")
+    rec = g.check()
+    refused = {r["path"]: r["change"] for r in rec["refused"]}
+    assert "kept the project's" in refused.get(f".git/{name}", ""), rec["refused"]
+    now = (repo / ".git" / name).read_bytes() if (repo / ".git" / name).exists() else None
+    assert now == before

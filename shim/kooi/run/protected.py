@@ -136,13 +136,14 @@ def py_top_names(root: Path) -> list[str]:
 GIT_DATA = frozenset({
     "objects", "refs", "logs", "index", "HEAD", "ORIG_HEAD", "FETCH_HEAD", "MERGE_HEAD", "MERGE_MSG",
     "MERGE_MODE", "AUTO_MERGE", "CHERRY_PICK_HEAD", "REVERT_HEAD", "COMMIT_EDITMSG", "TAG_EDITMSG", "SQUASH_MSG",
-    "packed-refs", "description", "shallow", "rebase-merge", "rebase-apply", "sequencer", "lost-found",
-    "gc.pid", "modules", "lfs"})
+    "packed-refs", "shallow", "rebase-merge", "rebase-apply", "sequencer", "modules", "lfs"})
 # Not data, though git writes them as it works (review 41), so throwaway like the config:
 # `rr-cache` (rerere replays its recorded resolutions into the host's next merge),
 # `branches/` (remotes by another name: `git pull` fetched from a bundle the workload
 # named), a bisect's state (`git bisect reset` checks out BISECT_START, any revision),
-# `gc.log` (printed raw to the host's terminal at `git gc --auto`).
+# `gc.log` (printed raw to the host's terminal at `git gc --auto`); `description`,
+# `gc.pid` and `lost-found` (git resolves any path in the git directory as a ref:
+# review 44's `git checkout -` took a commit of the workload's from `description`).
 
 
 def is_git_data(name: str) -> bool:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .fsat import MAX_DATA_BYTES, Fingerprint, chown_tree, copy_at, fingerprint, open_dir, read_at, remove_at
-from .gitdata import entry_target, index_canonical, index_hidden, index_walk, lines_matching, object_hashlen
+from .gitdata import entry_target, lines_matching, packed_refs_problem
+from .gitindex import index_canonical, index_hidden, index_walk, object_hashlen
 from .protected import MAX_FILE, is_git_data
 from .snapshot import Entry, GuardError, is_git_dir, restore
 
@@ -445,9 +446,12 @@ class Shadows:
             if new:
                 return (f"entries flagged assume-unchanged or skip-worktree ({', '.join(p.decode(errors='replace') for p in new[:3])}"
                         "): the host's `git status` and `git diff` would not show their changes; kept the project's")
+        if name == "packed-refs" and now[0] == "file" and (why := packed_refs_problem(read_at(copy_fd, name))):
+            return f"{why}: kept the project's"
         if name == "shallow" and now[0] == "file":
-            if lines_matching(read_at(copy_fd, name), rb"^[0-9a-f]{40,64}$") - lines_matching(read_at(real_fd, name),
-                                                                              rb"^[0-9a-f]{40,64}$"):
+            # git reads ids in either case (review 44)
+            if {x.lower() for x in lines_matching(read_at(copy_fd, name), rb"^[0-9a-fA-F]{40,64}$")} \
+                    - {x.lower() for x in lines_matching(read_at(real_fd, name), rb"^[0-9a-fA-F]{40,64}$")}:
                 return "commits marked shallow (the host's git would show the history cut short): kept the project's"
         return None
 
