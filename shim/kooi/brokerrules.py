@@ -1,8 +1,7 @@
 """A run's rules in its broker (the run column of kooi.policy.API): which containers,
 execs, networks and volumes are the run's, and how its requests are rewritten: labels,
 workspace paths, networks pinned to the ids decided on, the run's limits, its volumes,
-and listings narrowed to its own objects.
-"""
+and listings narrowed to its own objects."""
 
 from __future__ import annotations
 
@@ -247,18 +246,17 @@ class Rules:
         found = gojson.field(doc, "Labels") or {}
         if not isinstance(found, dict):
             raise BadRequest("Labels must be an object")
-        # kooi's labels are kooi's (gc reads which run owns an object and whether that
-        # run lives from them): the workload's own go, the run's are set. A map: its
-        # keys are matched exactly, as the engine and gc match them.
+        # kooi's labels are kooi's (gc reads which run owns an object and whether it lives
+        # from them): the workload's go, the run's are set; keys matched exactly, as gc does.
         found = {k: v for k, v in found.items() if not (isinstance(k, str) and k.startswith(labels.PREFIX + "."))}
-        found.update(self.scope.labels)
+        found.update({k: "" for k in (labels.SESSION, labels.PERSON, labels.HOME, labels.SCAN)},  # set: no image's
+                     **self.scope.labels)  # label fills them (review 45: a nested container passed for a session)
         gojson.set_field(doc, "Labels", found)
 
     def ensure_volume(self, name: str) -> tuple[Decision | None, str]:
-        """A named volume the run mounts must be its own: (None, the engine's name of
-        it) or a refusal; a new one is created labelled (Docker would create it
-        unlabelled, out of the run's cleanup), under a name of its own where another's
-        volume holds NAME."""
+        """A named volume the run mounts must be its own: (None, the engine's name of it)
+        or a refusal; a new one is created labelled (Docker would create it unlabelled,
+        out of the run's cleanup), named its own where another's volume holds NAME."""
         if name.startswith(labels.HOME_VOLUME_PREFIX):
             return deny(f"volume {name[:80]!r}: names {labels.HOME_VOLUME_PREFIX}* are kooi's sessions' kept "
                         "homes"), name
@@ -455,6 +453,8 @@ class Rules:
                 if not isinstance(m, dict):
                     return None
                 mtype = str(gojson.field(m, "Type") or "volume").lower()
+                if mtype == "volume" and isinstance(vo := gojson.field(m, "VolumeOptions"), dict):
+                    self.add_labels(vo)  # the volume the engine makes for it: the run's (review 45)
                 src = gojson.field(m, "Source")
                 if not isinstance(src, str):
                     continue

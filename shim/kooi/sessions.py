@@ -104,6 +104,8 @@ def find(cfg: EngineConfig, who: Caller, name: str | None = None, everyone: bool
     out = []
     for c in found:
         lab = c.get("Labels") or {}
+        if lab.get(labels.NESTED) == "1":
+            continue  # a workload's container, whatever its image says (review 45)
         lock = labels.lock_key_of(lab)
         out.append(Session(person=lab.get(labels.PERSON, "?"), workflow=lab.get(labels.WORKFLOW, "?"),
                            run_id=lab.get(labels.RUN, "?"), project=lab.get(labels.PROJECT, "?"), container=c["Id"],
@@ -346,8 +348,9 @@ def reset(cfg: EngineConfig, who: Caller, name: str) -> str:
         return f"{who.person} has no kept home for {name}"
     except (engineapi.APIError, OSError) as exc:
         raise SessionError(f"the engine does not answer: {exc}", EXIT_UNAVAILABLE) from None
-    if (info.get("Labels") or {}).get(labels.HOME) != "1":
-        raise SessionError(f"volume {vol} is not a kooi home; not removing it", EXIT_REFUSED)
+    if (info.get("Labels") or {}) != {**(info.get("Labels") or {}), **labels.home_labels(who.person, name)}:
+        # its own person's and workflow's (review 45: alice.x's `y` and alice's `x.y` share a name)
+        raise SessionError(f"volume {vol} is not {who.person}'s kept home of {name}; not removing it", EXIT_REFUSED)
     try:
         # Exited session containers of this home (kept for nothing) go first.
         for s in find(cfg, who, name):

@@ -119,7 +119,7 @@ def test_a_workload_cannot_give_its_objects_kooi_labels():
     doc = {"Image": "x", "Labels": {"org.kooi.lock": "project-1-2.lock", "org.kooi.session": "1",
                                     "org.kooi.run": "other", "org.testcontainers": "true"}}
     rules().add_labels(doc)
-    assert doc["Labels"] == {"org.kooi.run": "run-1", "org.testcontainers": "true"}
+    assert doc["Labels"] == {"org.kooi.run": "run-1", "org.testcontainers": "true", **UNSET}
 
 
 def test_a_filter_that_is_not_json_is_refused():
@@ -222,6 +222,10 @@ class Engine(Upstream):
         return 200, {"Id": f"id-{ref}", "Name": ref, "Config": {"Labels": run}, "Labels": run}
 
 
+# What the broker sets empty on every object a workload creates (review 45).
+UNSET = {labels.SESSION: "", labels.PERSON: "", labels.HOME: "", labels.SCAN: ""}
+
+
 def broker(**kw) -> tuple[Broker, Engine]:
     scope = RunScope("run-1", {labels.RUN: "run-1", labels.NESTED: "1"}, network="kooi-run-1",
                      path_map={"/workspace": "/srv/project"}, **kw)
@@ -267,7 +271,7 @@ def test_a_create_is_labelled_joins_the_run_network_and_binds_the_project():
                      "hostConfig": {"binds": ["/workspace/data:/data", "mine-vol:/v"]}})
     assert d.allow, d.reason
     doc = json.loads(req.body)
-    assert doc["labels"] == {"a": "b", labels.RUN: "run-1", labels.NESTED: "1"}  # the client's spelling kept
+    assert doc["labels"] == {"a": "b", labels.RUN: "run-1", labels.NESTED: "1", **UNSET}  # the client's spelling kept
     hc = doc["hostConfig"]
     assert hc["binds"] == ["/srv/project/data:/data", "mine-vol:/v"]
     assert hc["NetworkMode"] == "kooi-run-1" and hc["SecurityOpt"] == ["apparmor=kooi-runner"]
@@ -533,3 +537,20 @@ def test_the_run_networks_containers_show_it_as_the_default_bridge():
         {"Id": "c", "NetworkSettings": None}, "odd"], listed
     inspected = b.rules.containers_on_bridge({"Id": "a", "NetworkSettings": {"Networks": {"kooi-run-1": ep}}})
     assert inspected["NetworkSettings"]["Networks"]["bridge"]["Gateway"] == "10.1.0.1", inspected
+
+
+def test_review_45_a_nested_container_or_volume_cannot_pass_for_a_session_or_a_home():
+    """Review 45 (high): the engine copies an image's labels the create does not set, so
+    an image labelled org.kooi.session=1 org.kooi.person=alice made a nested container
+    that `kooi session` took for alice's session (her SSH login went into it); and a
+    volume mount's VolumeOptions.Labels made an anonymous volume that passed for her
+    kept home (or another run's volume). The broker sets the session's and home's keys
+    itself, and a mount's volume gets the run's labels alone."""
+    d, req = decide(broker()[0], "POST", "/v1.41/containers/create", {"Image": "attacker/fake-session", "HostConfig": {
+        "Mounts": [{"Type": "volume", "Source": "", "Target": "/h", "VolumeOptions": {"Labels": {
+            labels.HOME: "1", labels.PERSON: "alice", labels.RUN: "other-run"}}}]}})
+    assert d.allow, d.reason
+    sent = json.loads(req.body)
+    assert {sent["Labels"].get(k) for k in (labels.SESSION, labels.PERSON, labels.HOME)} == {""}, sent["Labels"]
+    vol = sent["HostConfig"]["Mounts"][0]["VolumeOptions"]["Labels"]
+    assert vol.get(labels.HOME) == "" and vol.get(labels.PERSON) == "" and vol[labels.RUN] == "run-1", vol

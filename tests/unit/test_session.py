@@ -124,3 +124,26 @@ def test_roots_first_start_leaves_the_session_directory_the_runners(tmp_path):
     (tmp_path / "link/sessions").symlink_to(victim)
     os.close(_start_lock(tmp_path / "link/sessions/alice.x.start-lock", 1, 4242, 4243))
     assert victim.stat().st_uid == 0
+
+
+def test_review_45_reset_removes_only_the_persons_own_home_of_that_workflow(monkeypatch, tmp_path):
+    """Review 45: `kooi-home.alice.x.y` is alice's home of x.y and alice.x's of y; reset
+    checked only that it was a home, so `reset y --person alice.x` removed alice's."""
+    from kooi import labels, sessions
+
+    deleted = []
+
+    class Engine:
+        def request(self, method, path, query=None):
+            if method == "GET" and path.startswith("/volumes/"):
+                return {"Labels": labels.home_labels("alice", "x.y")}
+            if method == "GET":
+                return []
+            deleted.append(path)
+            return None
+
+    monkeypatch.setattr(sessions, "_client", lambda cfg: Engine())
+    with pytest.raises(sessions.SessionError, match="not alice.x's kept home of y"):
+        sessions.reset(None, sessions.Caller("alice.x", False), "y")
+    assert deleted == []
+    assert "removed alice's kept home for x.y" in sessions.reset(None, sessions.Caller("alice", False), "x.y")
