@@ -103,20 +103,26 @@ def stop_mark(run_dir: Path, run_id: str) -> Path:
     return run_dir / "sessions" / f"{run_id}.stop"
 
 
-def entry(argv: list[str], debugger: bool = False) -> list[str]:
-    """How ARGV enters a session: the image's python3 installs kooi's filter first."""
+# Every entry that comes right after the start waits for the keeper: the home seeded,
+# the terminal server up (a tmux client that found no server would start one of its
+# own, outside the init's tree; a command found the home not yet seeded: CI, session 33).
+READY = 'for i in $(seq 100); do [ -S "/tmp/tmux-$(id -u)/default" ] && break; sleep 0.1; done'
+ATTACH = f"{READY}; exec tmux -u new-session -A -s {TMUX_SESSION}"
+
+
+def _filtered(argv: list[str], debugger: bool) -> list[str]:
+    """ARGV under kooi's filter, which the image's python3 installs first."""
     return ["python3", "-I", "-S", "-c", filters.SOURCE, "--", *(["--debugger"] if debugger else []), *argv]
 
 
-# A terminal that comes right after the start waits for the session's terminal server
-# (a client that found no server would start one of its own, outside the init's tree).
-ATTACH = ('for i in $(seq 100); do [ -S "/tmp/tmux-$(id -u)/default" ] && break; sleep 0.1; done; '
-          f'exec tmux -u new-session -A -s {TMUX_SESSION}')
+def entry(argv: list[str], debugger: bool = False) -> list[str]:
+    """How ARGV enters a session: under kooi's filter, once the session is ready."""
+    return _filtered(["sh", "-c", f'{READY}; exec "$@"', "sh", *argv], debugger)
 
 
 def attach_argv(debugger: bool = False) -> list[str]:
     """A terminal into the session: tmux's, whose session the first one creates."""
-    return entry(["sh", "-c", ATTACH], debugger)
+    return _filtered(["sh", "-c", ATTACH], debugger)
 
 
 def ensure_home(client: Any, ctx: RunContext) -> None:
