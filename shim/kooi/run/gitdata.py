@@ -13,6 +13,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from .fsat import open_dir
 from .protected import is_layout
 
 # Objects the workload wrote, verified after the run (decompressed bytes, over every
@@ -269,22 +270,23 @@ MAX_TIP_FILE = 64 << 20
 _MOVING_FROM = re.compile(rb"\tcheckout: moving from (\S+) to ")
 
 
-def _read_below(top: int, rel: str) -> bytes | None:
-    """The first bytes of the file REL below the directory TOP (a descriptor), no
-    component followed if it is a link; None where there is none."""
+def _read_below(gitdir: str | os.PathLike[str], rel: str) -> bytes:
+    """The file REL below GITDIR, no component followed if it is a link; b"" where none."""
     parts = rel.split("/")
-    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        return None
-    fd = os.dup(top)
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        return b""
     try:
-        for p in parts[:-1]:
-            nfd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-        with os.fdopen(os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd), "rb") as f:
-            return f.read(4096)
+        fd = open_dir(Path(gitdir), "/".join(parts[:-1]))
     except OSError:
-        return None
+        return b""
+    try:
+        f = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+        try:
+            return os.read(f, 4096)  # git reads a ref's first line
+        finally:
+            os.close(f)
+    except OSError:
+        return b""
     finally:
         os.close(fd)
 
@@ -352,10 +354,10 @@ def read_tips(gitdir: str | os.PathLike[str]) -> dict[str, str] | None:
             # git resolves any path in the git directory as one (review 44: NAME
             # `description`, `objects/info/x`, holding a commit of the workload's).
             for line, where in at:
-                if (m := _MOVING_FROM.search(line)) is not None and not HEX_TOKEN.fullmatch(m.group(1)):
-                    named = _read_below(top, m.group(1).decode(errors="replace"))
-                    if named is not None and not take(named, f"{m.group(1).decode(errors='replace')[:80]} ({where})"):
-                        return None
+                if (m := _MOVING_FROM.search(line)) is not None and not HEX_TOKEN.fullmatch(m.group(1)) \
+                        and not take(_read_below(gitdir, name := m.group(1).decode(errors="replace")),
+                                     f"{name[:80]} ({where})"):
+                    return None
     except OSError:
         return None
     finally:

@@ -118,15 +118,18 @@ def index_parse(data: bytes, hashlen: int) -> tuple[list[IndexEntry], bool] | st
 
 
 def index_walk(data: bytes, hidden: set[bytes] | None = None,
-               entries: dict[bytes, bytes] | None = None, hashlen: int = 20) -> str | None:
+               entries: dict[bytes, bytes] | None = None, hashlen: int = 20, split: bool = True) -> str | None:
     """Walk git's index DATA (index_parse): why it must not reach the host, or None;
     HIDDEN gets the paths whose flags hide them from the host's git, ENTRIES every path
     with what git writes to the work tree from it (its mode and object id): a
     conflict's stages 1 to 3 as PATH NUL STAGE (review 40: stage 2 held the
-    workload's .envrc, and only the last stage of a path was judged)."""
+    workload's .envrc, and only the last stage of a path was judged). Not SPLIT: a
+    split index is refused too."""
     parsed = index_parse(data, hashlen)
     if isinstance(parsed, str):
         return parsed
+    if parsed[1] and not split:
+        return "a split index (core.splitIndex): kooi cannot write it again with its entries alone (review 41)"
     for e in parsed[0]:
         parts = e.path.split(b"/")
         if e.path.startswith(b"/") or any(p in (b"", b".", b"..") or p.lower() == b".git" for p in parts):

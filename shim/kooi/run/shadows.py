@@ -410,13 +410,9 @@ class Shadows:
             after: set[bytes] = set()
             staged: dict[bytes, bytes] = {}
             hashlen = self._hashlen(git)
-            data = read_at(copy_fd, name)
-            problem = index_walk(data, after, staged, hashlen)  # read once: paths, flags, objects
+            problem = index_walk(read_at(copy_fd, name), after, staged, hashlen, split=False)  # paths, flags, objects
             if problem is not None:
                 return f"{problem}: kept the project's"
-            if name == "index" and index_canonical(data, hashlen) != data:
-                return ("a split index (core.splitIndex): kooi cannot write it again with its entries alone (review "
-                        "41); kept the project's")
             # Review 15: a protected file staged, not in the work tree (add, then rm): the
             # host's `git checkout -- .`, which `git status` suggests, writes it.
             was: dict[bytes, bytes] = {}
