@@ -88,3 +88,29 @@ def test_evidence_prints_no_terminal_control_and_no_line_of_its_own():
     for text in (verify.render_text(report), verify.render_cis(report)):
         assert not any(ord(c) < 32 and c != "\n" or c == "\x7f" or c == "\u202e" for c in text), repr(text)
         assert not any(line.startswith(("PASS ALL", "FAIL FORGED")) for line in text.splitlines()), text
+
+
+# What starts a container or a kooi run inside a check (the self-test, a probe
+# container, `kooi run`): such a check is a "workload" or "image" one. The negative
+# controls and tests/e2e skip those after a host setting changed (no running engine sees
+# it), so a check that starts workloads but says "host" would make every control pay
+# for its containers, and one that says "workload" but reads only host state would go
+# unchecked by them.
+STARTS_WORKLOADS = ("_get(host", "_judge(host", "_selftest(host", "_run(host", "_in_image(host", "docker run",
+                    "kooi run", "_probe_ready(")
+# Judges the engine's policy (what it refuses); one ordinary run shows it admits the rest.
+HOST_WITH_A_CONTAINER = {"POL-AUTHZ-REFUSES"}
+
+
+def test_a_checks_scope_says_whether_it_starts_workloads():
+    import inspect
+    for c in CHECKS:
+        func = inspect.unwrap(c.func)
+        # and what a wrapper (per_runtime, egress_check) calls
+        src = inspect.getsource(func) + "".join(inspect.getsource(cell.cell_contents) for cell in func.__closure__ or ()
+                                                if inspect.isfunction(cell.cell_contents))
+        starts = any(s in src for s in STARTS_WORKLOADS)
+        if c.id in HOST_WITH_A_CONTAINER:
+            assert starts and c.scope == "host", c.id
+        else:
+            assert (c.scope != "host") == starts, (c.id, c.scope)

@@ -97,7 +97,7 @@ def profiles_enforced(host: Host, ctx: Context) -> Outcome:
 
 
 @check("ID-APPARMOR", "the workload runs under kooi's runner profile where the engine applies AppArmor",
-       "a container without the procfs/sysfs/mount denies (the engine's default, or none)")
+       "a container without the procfs/sysfs/mount denies (the engine's default, or none)", scope="workload")
 @per_runtime
 def workload_profile(host: Host, ctx: Context) -> Outcome:
     st = _state(host, ctx)

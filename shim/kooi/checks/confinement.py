@@ -105,7 +105,7 @@ def _get(host: Host, ctx: Context, *keys: str) -> tuple[str | None, str, dict[st
     return None, "", {k: seen.get(k, "?") for k in keys}
 
 
-@check("ID-NONROOT", "the workload does not run as uid 0", "a workload holding (namespaced) root")
+@check("ID-NONROOT", "the workload does not run as uid 0", "a workload holding (namespaced) root", scope="workload")
 @per_runtime
 def nonroot(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "uid")
@@ -115,7 +115,7 @@ def nonroot(host: Host, ctx: Context) -> Outcome:
 
 
 @check("ID-CAPS", "the workload holds no capability (CapEff, CapPrm, CapBnd all 0)",
-       "a workload using capabilities against the kernel")
+       "a workload using capabilities against the kernel", scope="workload")
 @per_runtime
 def caps(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "CapEff", "CapPrm", "CapBnd")
@@ -125,7 +125,7 @@ def caps(host: Host, ctx: Context) -> Outcome:
     return (PASS if ok else FAIL), ", ".join(f"{k} {x}" for k, x in v.items())
 
 
-@check("ID-NNP", "no_new_privs is set for the workload", "privilege gain through exec of a privileged file")
+@check("ID-NNP", "no_new_privs is set for the workload", "privilege gain through exec of a privileged file", scope="workload")
 @per_runtime
 def nnp(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "NoNewPrivs", "prctl_nnp")
@@ -136,7 +136,7 @@ def nnp(host: Host, ctx: Context) -> Outcome:
     return (PASS if v["NoNewPrivs"] == "1" else FAIL), f"NoNewPrivs {v['NoNewPrivs']}"
 
 
-@check("ID-SECCOMP", "a seccomp filter confines the workload", "the full kernel syscall surface")
+@check("ID-SECCOMP", "a seccomp filter confines the workload", "the full kernel syscall surface", scope="workload")
 @per_runtime
 def seccomp(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "Seccomp", "Seccomp_filters", "prctl_seccomp")
@@ -150,7 +150,7 @@ def seccomp(host: Host, ctx: Context) -> Outcome:
 
 
 @check("ID-ROOTFS-RO", "the workload's root filesystem is read-only and /workspace is writable",
-       "a workload altering its toolchain for later steps; a build that cannot write its output")
+       "a workload altering its toolchain for later steps; a build that cannot write its output", scope="workload")
 @per_runtime
 def rootfs(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "rootfs", "workspace")
@@ -161,7 +161,7 @@ def rootfs(host: Host, ctx: Context) -> Outcome:
 
 
 @check("ID-NOSOCKET", "no engine socket (no unix socket at all) is visible to the workload",
-       "a workload driving the container engine (host root or the runner's files)")
+       "a workload driving the container engine (host root or the runner's files)", scope="workload")
 @per_runtime
 def nosocket(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "sockets", "docker_host")
@@ -201,7 +201,7 @@ def judge_syscalls(raw: str, names: tuple[str, ...], what: str) -> tuple[str, st
 
 @check("ESC-SYSCALLS", "the workload cannot use bpf, perf_event_open, open_by_handle_at, userfaultfd, "
        "module loading, kexec or io_uring",
-       "the kernel interfaces behind most container escapes and kernel exploits")
+       "the kernel interfaces behind most container escapes and kernel exploits", scope="workload")
 @per_runtime
 def esc_syscalls(host: Host, ctx: Context) -> Outcome:
     return _judge(host, ctx, SYSCALLS, "syscalls")
@@ -212,7 +212,7 @@ TRACING = ("ptrace", "process_vm_readv")
 
 @check("ESC-PTRACE", "the workload can neither ptrace nor read the memory of another process of its uid "
        "(ptrace, process_vm_readv)", "a workload injecting into or reading the processes beside it (docker exec'd "
-       "shells, tools, the build's own daemons): this kernel has no Yama to stop same-uid tracing")
+       "shells, tools, the build's own daemons): this kernel has no Yama to stop same-uid tracing", scope="workload")
 @per_runtime
 def esc_ptrace(host: Host, ctx: Context) -> Outcome:
     return _judge(host, ctx, TRACING, "tracing")
@@ -221,7 +221,7 @@ def esc_ptrace(host: Host, ctx: Context) -> Outcome:
 @check("ESC-ENGINE-SYSCALLS", "a container with only the engine's default seccomp profile (as Testcontainers' "
        "containers run) cannot use io_uring, bpf, perf_event_open, open_by_handle_at, userfaultfd, module loading "
        "or kexec", "kernel exploits from containers that kooi's own filter does not reach (images other than "
-       "the runner image, started through the broker)")
+       "the runner image, started through the broker)", scope="workload")
 def esc_engine_syscalls(host: Host, ctx: Context) -> Outcome:
     pin = runner_pin(host, ctx)[0]
     if pin is None or not host.file(SELFTEST).exists:
@@ -249,14 +249,14 @@ def esc_engine_syscalls(host: Host, ctx: Context) -> Outcome:
 
 @check("ESC-FRESH-MOUNTS", "the workload cannot create user or mount namespaces or mount (no fresh procfs, "
        "sysfs or cgroupfs revealing host state)",
-       "a fresh procfs/sysfs bypassing the masked and read-only paths")
+       "a fresh procfs/sysfs bypassing the masked and read-only paths", scope="workload")
 @per_runtime
 def esc_fresh_mounts(host: Host, ctx: Context) -> Outcome:
     return _judge(host, ctx, NEW_MOUNTS, "namespaces and mounts")
 
 
 @check("ESC-DEVICES", "no host block device, /dev/kvm, /dev/mem, /dev/kmem, /dev/port or /dev/fuse in the workload",
-       "raw access to host disks, memory or hypervisor and FUSE interfaces")
+       "raw access to host disks, memory or hypervisor and FUSE interfaces", scope="workload")
 @per_runtime
 def esc_devices(host: Host, ctx: Context) -> Outcome:
     st, why, v = _get(host, ctx, "devices")
@@ -277,7 +277,7 @@ def esc_devices(host: Host, ctx: Context) -> Outcome:
 @check("ID-GVISOR-KERNEL", "a gvisor workflow's workload runs on gVisor's kernel, not the host's (negative control: "
        "the same self-test under runc sees the host's)",
        "one host kernel bug in a syscall the profiles allow is a way out of every level that shares the host's kernel",
-       modes=("userns_remap",))
+       modes=("userns_remap",), scope="workload")
 def gvisor_kernel(host: Host, ctx: Context) -> Outcome:
     if ctx.engine.gvisor is None:
         return NA, "gVisor is not a runtime of this engine (kooi_gvisor_enabled is false)"

@@ -46,6 +46,11 @@ class Check:
     threat: str
     func: CheckFunc
     modes: tuple[str, ...] = ("rootless", "userns_remap")
+    # What the check looks at: "host" (files, units, the engine's answers: seconds),
+    # "workload" (it starts containers or kooi runs and judges what they see) or
+    # "image" (it scans the pinned image's files in a container of it). A host setting
+    # changed since the engine started changes only what "host" checks see.
+    scope: str = "host"
 
     def run(self, host: Host, ctx: Context) -> Result:
         if ctx.mode not in self.modes:
@@ -61,12 +66,17 @@ class Check:
 CHECKS: list[Check] = []
 
 
-def check(id: str, title: str, threat: str,
-          modes: tuple[str, ...] = ("rootless", "userns_remap")) -> Callable[[CheckFunc], CheckFunc]:
+SCOPES = ("host", "workload", "image")
+
+
+def check(id: str, title: str, threat: str, modes: tuple[str, ...] = ("rootless", "userns_remap"),
+          scope: str = "host") -> Callable[[CheckFunc], CheckFunc]:
     def deco(func: CheckFunc) -> CheckFunc:
         if any(c.id == id for c in CHECKS):
             raise ValueError(f"duplicate check id {id}")
-        CHECKS.append(Check(id, title, threat, func, modes))
+        if scope not in SCOPES:
+            raise ValueError(f"check {id}: scope {scope!r} is not one of {SCOPES}")
+        CHECKS.append(Check(id, title, threat, func, modes, scope))
         return func
     return deco
 

@@ -70,7 +70,7 @@ def digest_pin(host: Host, ctx: Context) -> Outcome:
 
 
 @check("IMG-NOSUID", "the runner image contains no setuid or setgid file",
-       "privilege gain through a setuid binary inside the workload")
+       "privilege gain through a setuid binary inside the workload", scope="image")
 def nosuid(host: Host, ctx: Context) -> Outcome:
     pin, _ = runner_pin(host, ctx)
     if not pin:
@@ -88,7 +88,7 @@ def nosuid(host: Host, ctx: Context) -> Outcome:
 
 
 @check("IMG-FILECAPS", "file capabilities only where the lock declares them",
-       "privilege gain through a file capability inside the workload")
+       "privilege gain through a file capability inside the workload", scope="image")
 def filecaps(host: Host, ctx: Context) -> Outcome:
     pin, lock = runner_pin(host, ctx)
     if not pin:

@@ -72,7 +72,7 @@ def _leftovers(host: Host, ctx: Context, run_id: str) -> list[str]:
 
 
 @check("RUN-RESULT", "kooi run returns the workload's exit code and an honest JSON result and log",
-       "a pipeline or cron job that reports success for a failed build (or the reverse)")
+       "a pipeline or cron job that reports success for a failed build (or the reverse)", scope="workload")
 def run_result(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
@@ -97,7 +97,7 @@ def run_result(host: Host, ctx: Context) -> Outcome:
 
 
 @check("RUN-TIMEOUT", "a timeout kills the whole workload (every process) and is reported as such",
-       "a hung or hostile workload that outlives its run (and keeps its access)")
+       "a hung or hostile workload that outlives its run (and keeps its access)", scope="workload")
 def run_timeout(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
@@ -126,7 +126,7 @@ def run_timeout(host: Host, ctx: Context) -> Outcome:
 
 
 @check("RUN-LOCK", "two runs on the same project do not collide (one run per project at a time)",
-       "concurrent builds corrupting each other's output (cron overlapping a pipeline)")
+       "concurrent builds corrupting each other's output (cron overlapping a pipeline)", scope="workload")
 def run_lock(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
@@ -160,7 +160,7 @@ def run_lock(host: Host, ctx: Context) -> Outcome:
 @check("RUN-PROJECT-GUARD", "the project's git directories are throwaway copies (git's data bound in) while a run "
        "lasts; the project's other protected paths are put back after it",
        "a workload leaving a git hook, git configuration or an .envrc that runs on the host at the next git "
-       "command or cd, outside the cage")
+       "command or cd, outside the cage", scope="workload")
 def run_project_guard(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
@@ -217,7 +217,7 @@ KOOI_PY
 
 @check("RUN-EGRESS-OWN-WAY", "a run's containers reach the host only on the run's own proxy port and the injector's "
        "(rootless and userns-remap engines)",
-       "a workload using the main proxy port or another run's, its refusals in no run's result or in another's")
+       "a workload using the main proxy port or another run's, its refusals in no run's result or in another's", scope="workload")
 def net_run_own_way(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
@@ -324,7 +324,7 @@ def limit_problems(record: dict[str, Any], rl: dict[str, str], cg: dict[str, str
 
 @check("RUN-LIMITS", "every run is bounded by the host's default limits: pids and memory by the engine's cgroups "
        "where it has them, by rlimits where it does not (and the result says which), no core dumps",
-       "a fork bomb or a runaway build in one workload that takes the host down for every other run")
+       "a fork bomb or a runaway build in one workload that takes the host down for every other run", scope="workload")
 def run_limits(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why
@@ -349,7 +349,7 @@ def run_limits(host: Host, ctx: Context) -> Outcome:
 
 @check("RUN-SECRETS-HIDDEN", "a workload that names inject secrets holds placeholders, never a value: not in its "
        "environment, any process's, its output, the run's result or log, the injector's or proxy's logs",
-       "an API key a hostile dependency reads from the environment or /proc and sends anywhere it likes")
+       "an API key a hostile dependency reads from the environment or /proc and sends anywhere it likes", scope="workload")
 def run_secrets_hidden(host: Host, ctx: Context) -> Outcome:
     if not host.file(f"{paths.WORKFLOWS}/{SECRETCHECK}.yml").exists:
         return NA, f"no {SECRETCHECK} workflow: this host holds no inject secrets (or no egress control)"
@@ -400,7 +400,7 @@ def run_secrets_hidden(host: Host, ctx: Context) -> Outcome:
 
 
 @check("RUN-CLEANUP", "nothing of a finished run is left: containers, networks, the scratch script's runs",
-       "leftover containers holding the project, the engine or resources after their run")
+       "leftover containers holding the project, the engine or resources after their run", scope="workload")
 def run_cleanup(host: Host, ctx: Context) -> Outcome:
     if (why := _available(host, ctx)) is not None:
         return NA, why

@@ -35,7 +35,7 @@ def _probe_ready(host: Host, ctx: Context) -> str | None:
 
 
 @check("ESC-USERNS-MAP", "container root maps to an unprivileged host uid",
-       "container root being host root")
+       "container root being host root", scope="workload")
 def userns_map(host: Host, ctx: Context) -> Outcome:
     if (why := _probe_ready(host, ctx)):
         return FAIL, why
@@ -52,7 +52,7 @@ def userns_map(host: Host, ctx: Context) -> Outcome:
 
 
 @check("ESC-PROCSYS-WRITE", "container (also --privileged on rootless) cannot open global /proc/sys files for writing",
-       "a container rewriting kernel settings such as core_pattern (host code execution)")
+       "a container rewriting kernel settings such as core_pattern (host code execution)", scope="workload")
 def procsys_write(host: Host, ctx: Context) -> Outcome:
     if (why := _probe_ready(host, ctx)):
         return FAIL, why
