@@ -2008,3 +2008,55 @@ def test_review_44_packed_refs_and_shallow_as_git_reads_them(repo, tmp_path_fact
     assert "kept the project's" in refused.get(f".git/{name}", ""), rec["refused"]
     now = (repo / ".git" / name).read_bytes() if (repo / ".git" / name).exists() else None
     assert now == before
+
+
+@pytest.mark.parametrize("how", ["reflog-without-tab", "symbolic-orig-head", "symbolic-cherry-pick-head",
+                                 "reflog-names-a-symref", "symbolic-branch", "symbolic-reflog-file"])
+def test_review_46_every_name_git_resolves_in_the_git_directory_is_judged(repo, tmp_path_factory, how):
+    """Review 46 (high): a commit of the workload's in a file only git finds
+    (objects/info/...), named where git reads names and kooi did not: a reflog's
+    "checkout: moving from NAME" without the tab git's parser skips when present
+    (`git checkout -`), ORIG_HEAD or CHERRY_PICK_HEAD as `ref: objects/info/y`
+    (`git reset --hard ORIG_HEAD`), a reflog's NAME that is itself such a symref, a
+    branch that is one (`git checkout feature`: only "could not be read" was said). Git
+    resolves the names kooi judges by."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
+    tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
+    head = git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+    evil = git(repo, "commit-tree", "-p", head, "-m", "evil", tree, git_dir=view).strip()
+    (view / "objects/info").mkdir(exist_ok=True)
+    (view / "objects/info/m").write_text(evil + "\n")
+    (view / "objects/info/n").write_text("ref: objects/info/m\n")
+    entry = f"{head} {head} a <a@b> 1796684116 +0000"
+    if how == "reflog-without-tab":
+        with (view / "logs/HEAD").open("a") as f:
+            f.write(f"{entry}checkout: moving from objects/info/m to main\n")
+        host = ["checkout", "-"]
+    elif how.startswith("symbolic-") and how.endswith("-head"):
+        name = "ORIG_HEAD" if "orig" in how else "CHERRY_PICK_HEAD"
+        (view / name).write_text("ref: objects/info/m\n")
+        host = ["reset", "--hard", name]
+    elif how == "reflog-names-a-symref":
+        with (view / "logs/HEAD").open("a") as f:
+            f.write(f"{entry}\tcheckout: moving from objects/info/n to main\n")
+        host = ["checkout", "-"]
+    elif how == "symbolic-branch":
+        (view / "refs/heads/feature").write_text("ref: objects/info/n\n")
+        host = ["checkout", "feature"]
+    else:
+        (view / "logs/refs/heads").mkdir(parents=True, exist_ok=True)
+        (view / "logs/refs/heads/other").write_text("ref: objects/info/m\n")
+        with (view / "logs/HEAD").open("a") as f:
+            f.write(f"{entry}\tcheckout: moving from logs/refs/heads/other to main\n")
+        host = ["checkout", "-"]
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert evil[:12] in said.get(".envrc", ""), (said, rec["refused"])
+    # what the host's command does with it: the judged commit is the one it checks out
+    _host_git(repo, *host)
+    assert (repo / ".envrc").read_text() == "echo pwned\n"

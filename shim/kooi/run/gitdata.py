@@ -13,7 +13,6 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from .fsat import open_dir
 from .protected import is_layout
 
 # Objects the workload wrote, verified after the run (decompressed bytes, over every
@@ -267,28 +266,11 @@ MAX_TIPS = 200_000
 MAX_TIP_FILE = 64 << 20
 
 
-_MOVING_FROM = re.compile(rb"\tcheckout: moving from (\S+) to ")
-
-
-def _read_below(gitdir: str | os.PathLike[str], rel: str) -> bytes:
-    """The file REL below GITDIR, no component followed if it is a link; b"" where none."""
-    parts = rel.split("/")
-    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        return b""
-    try:
-        fd = open_dir(Path(gitdir), "/".join(parts[:-1]))
-    except OSError:
-        return b""
-    try:
-        f = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
-        try:
-            return os.read(f, 4096)  # git reads a ref's first line
-        finally:
-            os.close(f)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
+# `git checkout -` takes NAME from the newest "checkout: moving from NAME to ..." (up to
+# the first " to "). git's reflog parser skips a tab before the message only where there
+# is one (review 46): any occurrence in a line is read.
+_MOVING_FROM = re.compile(rb"checkout: moving from (.*?) to ")
+MAX_NAMES = 100_000
 
 
 def packed_refs_problem(data: bytes) -> str | None:
@@ -318,9 +300,18 @@ _PEELED = re.compile(rb"\^(?:[0-9a-f]{40}|[0-9a-f]{64})")
 
 def read_tips(gitdir: str | os.PathLike[str]) -> dict[str, str] | None:
     """Every object id GITDIR's pseudo-refs and reflogs hold (an entry's old and new
-    ids and the ids its message names), with where ({id: "ORIG_HEAD" or "HEAD@{2}"}),
-    never through a symlink; None past MAX_TIPS or when they cannot be read."""
+    ids and the ids its message names) and every id a name they give resolves to, with
+    where ({id: "ORIG_HEAD" or "HEAD@{2}"}), never through a symlink; None past MAX_TIPS
+    or MAX_NAMES or when they cannot be read.
+
+    Git resolves any path in the git directory as a ref (review 44: `git checkout -`
+    after "checkout: moving from objects/info/x") and follows `ref: NAME` in any file it
+    reads as one, to any such path (review 46: ORIG_HEAD, a branch, a reflog as
+    `ref: objects/info/y`): the names a reflog's checkouts give and every symref in the
+    pseudo-refs, refs and reflogs are resolved by git itself (resolve_names), not by a
+    second reading of git's rules."""
     tips: dict[str, str] = {}
+    names: dict[bytes, str] = {}
 
     def take(data: bytes, label: str) -> bool:
         if len(data) >= MAX_TIP_FILE:
@@ -328,6 +319,17 @@ def read_tips(gitdir: str | os.PathLike[str]) -> dict[str, str] | None:
         for m in HEX_TOKEN.finditer(data):
             tips.setdefault(m.group().decode().lower(), label)
         return len(tips) <= MAX_TIPS
+
+    def name(raw: bytes, label: str) -> bool:
+        if raw and b"\n" not in raw and not HEX_TOKEN.fullmatch(raw):
+            names.setdefault(raw, label)
+        return len(names) <= MAX_NAMES
+
+    def symref(rel: str, data: bytes) -> bool:
+        # git: the file's first bytes "ref:", blanks, the name (its end trimmed)
+        if not data.startswith(b"ref:"):
+            return True
+        return name(rel.encode(), rel) and name(data[4:].strip(), f"{rel} -> {data[4:].strip()[:80].decode(errors='replace')}")
 
     try:
         top = os.open(gitdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -337,12 +339,18 @@ def read_tips(gitdir: str | os.PathLike[str]) -> dict[str, str] | None:
         for e in os.scandir(top):
             if e.name != "HEAD" and PSEUDO_REF.fullmatch(e.name) and e.is_file(follow_symlinks=False):
                 with os.fdopen(os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=top), "rb") as f:
-                    if not take(f.read(MAX_TIP_FILE), e.name):
-                        return None
+                    pseudo = f.read(MAX_TIP_FILE)
+                if not take(pseudo, e.name) or not symref(e.name, pseudo):
+                    return None
+        for child, ref in _files_below(top, "refs", 4096, (FileNotFoundError, NotADirectoryError)):
+            if ref is not None and not symref(child, ref):
+                return None
         # A directory that cannot be read is no reflog-free one: unreadable (None).
         for child, data in _files_below(top, "logs", MAX_TIP_FILE, (FileNotFoundError, NotADirectoryError)):
             if data is None:
                 continue
+            if not symref(child, data):
+                return None
             # An entry's new id named by the entry, before the ids its old id and
             # message name.
             at = [(line, f"{child.removeprefix('logs/')}@{{{n}}}")
@@ -350,19 +358,33 @@ def read_tips(gitdir: str | os.PathLike[str]) -> dict[str, str] | None:
             if len(data) >= MAX_TIP_FILE or not all(take(line[41:105].split(b" ", 1)[0], where) for line, where in at) \
                     or not all(take(line, where) for line, where in at):
                 return None
-            # `git checkout -` takes the name a "checkout: moving from NAME" names, and
-            # git resolves any path in the git directory as one (review 44: NAME
-            # `description`, `objects/info/x`, holding a commit of the workload's).
-            for line, where in at:
-                if (m := _MOVING_FROM.search(line)) is not None and not HEX_TOKEN.fullmatch(m.group(1)) \
-                        and not take(_read_below(gitdir, name := m.group(1).decode(errors="replace")),
-                                     f"{name[:80]} ({where})"):
-                    return None
+            if not all(name(m.group(1), f"{m.group(1)[:80].decode(errors='replace')} ({where})")
+                       for line, where in at for m in _MOVING_FROM.finditer(line)):
+                return None
     except OSError:
         return None
     finally:
         os.close(top)
-    return tips
+    resolved = resolve_names(gitdir, list(names))
+    if resolved is None:
+        return None
+    for raw, oid in resolved.items():
+        tips.setdefault(oid, names[raw])
+    return tips if len(tips) <= MAX_TIPS else None
+
+
+def resolve_names(gitdir: str | os.PathLike[str], names: list[bytes]) -> dict[bytes, str] | None:
+    """{name: object id} of the NAMES git resolves in GITDIR (as `git checkout NAME`
+    would: every rule of git's, symrefs followed); None when git cannot tell."""
+    if not names:
+        return {}
+    out = git_plumbing(gitdir, "cat-file", "--batch-check=%(objectname)", stdin=b"".join(n + b"\n" for n in names))
+    if out is None:
+        return None
+    lines = out.splitlines()
+    if len(lines) != len(names):
+        return None
+    return {n: line.decode().lower() for n, line in zip(names, lines) if HEX_ID_TEXT.fullmatch(line.decode(errors="replace"))}
 
 
 def commits_of(gitdir: str | os.PathLike[str], ids: list[str]) -> list[str] | None:
