@@ -16,10 +16,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # The test suite also boots QEMU guests (the AppArmor scenario: the only kernel here
-# with AppArmor) and parses AppArmor profiles: scripts/test.sh sets KOOI_BOOTSTRAP_TESTS=1.
-if [ "${KOOI_BOOTSTRAP_TESTS:-0}" = 1 ]; then
+# with AppArmor) and parses AppArmor profiles: scripts/test.sh sets KOOI_BOOTSTRAP_TESTS=1
+# (=quick for `scripts/test.sh --quick`: no guest). Both check what the project guard
+# does with Git LFS's objects (git-lfs).
+if [ "${KOOI_BOOTSTRAP_TESTS:-0}" != 0 ]; then
+  want=(git-lfs)
+  [ "$KOOI_BOOTSTRAP_TESTS" = quick ] || want+=(qemu-system-x86 qemu-utils apparmor e2fsprogs openssh-client)
   missing=()
-  for p in qemu-system-x86 qemu-utils apparmor e2fsprogs openssh-client; do
+  for p in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then

@@ -30,7 +30,7 @@ case "${1:-}" in
   *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
 esac
 export quick
-KOOI_BOOTSTRAP_TESTS=$((1 - quick)) "$repo/scripts/bootstrap.sh"
+KOOI_BOOTSTRAP_TESTS=$([ "$quick" = 1 ] && echo quick || echo 1) "$repo/scripts/bootstrap.sh"
 export PATH="$repo/.venv/bin:$PATH" PYTHONDONTWRITEBYTECODE=1
 export KOOI_REPORT_DIR=${KOOI_REPORT_DIR:-$repo/.ci/out}
 export KOOI_IMAGE_DIR=${KOOI_IMAGE_DIR:-/var/tmp/kooi-images}

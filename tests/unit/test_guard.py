@@ -4,6 +4,7 @@ listed and kept, and ordinary work in the repository is not touched."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -2060,3 +2061,42 @@ def test_review_46_every_name_git_resolves_in_the_git_directory_is_judged(repo, 
     # what the host's command does with it: the judged commit is the one it checks out
     _host_git(repo, *host)
     assert (repo / ".envrc").read_text() == "echo pwned\n"
+
+
+@pytest.mark.parametrize("before", ["with-its-objects", "without-lfs-data"])
+def test_git_lfs_objects_the_workload_wrote_are_verified(repo, tmp_path_factory, before):
+    """Issue 29: `.git/lfs` holds Git LFS's objects by their SHA-256; git-lfs smudges a
+    pointer from the local object without hashing it. A workload that rewrote the object
+    of a committed file (bound in: WITH-ITS-OBJECTS) or wrote it where the project had
+    none (a clone with GIT_LFS_SKIP_SMUDGE: copied back) got its content into the host's
+    next checkout of that file. Objects that do not hash to their names, and what is not
+    an object where git-lfs keeps them, are removed and listed."""
+    assert shutil.which("git-lfs"), "git-lfs (Debian package git-lfs) is needed: scripts/bootstrap.sh installs it"
+    _host_git(repo, "lfs", "install", "--local")
+    (repo / ".gitattributes").write_text("*.bin filter=lfs diff=lfs merge=lfs -text\n")
+    (repo / "data.bin").write_text("real\n")
+    _host_git(repo, "add", "-A")
+    _host_git(repo, "commit", "-qm", "lfs")
+    oid = hashlib.sha256(b"real\n").hexdigest()
+    if before == "without-lfs-data":
+        shutil.rmtree(repo / ".git/lfs")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    obj = view / "lfs/objects" / oid[:2] / oid[2:4] / oid
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    if obj.exists():
+        obj.chmod(0o644)
+        obj.unlink()
+    obj.write_text("evil\n")
+    (view / "lfs/objects/zz").mkdir()
+    (view / "lfs/objects/zz/stray").write_text("x\n")
+    rec = g.check()
+    refused = {r["path"]: r["change"] for r in rec["refused"]}
+    assert f".git/lfs/objects/{oid[:2]}/{oid[2:4]}/{oid}" in refused, rec["refused"]
+    assert ".git/lfs/objects/zz" in refused or ".git/lfs/objects/zz/stray" in refused, rec["refused"]
+    # the host's next checkout of the file: never the workload's content
+    (repo / "data.bin").unlink()
+    subprocess.run(["git", "-C", str(repo), "checkout", "--", "data.bin"], capture_output=True,
+                   env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+    assert not (repo / "data.bin").exists() or (repo / "data.bin").read_text() != "evil\n"

@@ -10,12 +10,13 @@ import re
 from pathlib import Path
 
 from .fsat import open_dir, remove_at
-from .gitdata import bound_problems, loose_problem, pack_problem
+from .gitdata import bound_problems, lfs_object_problem, loose_problem, pack_problem
 from .shadows import Throwaway
 from .snapshot import MAX_ENTRIES_AFTER
 
 _LOOSE_DIR = re.compile(r"[0-9a-f]{2}")
 _LOOSE_NAME = re.compile(r"[0-9a-f]{38}|[0-9a-f]{62}")
+_LFS_OID = re.compile(r"[0-9a-f]{64}")
 _PACK_NAME = re.compile(r"(pack-(?:[0-9a-f]{40}|[0-9a-f]{64}))\.(pack|idx|rev|bitmap|mtimes|keep|promisor)")
 
 
@@ -68,8 +69,59 @@ class ForgeryChecks:
                 self._check_objects(real_fd, f"{t.git}/objects", t, budget)
             if "refs" in t.bound:
                 self._check_replace_refs(real_fd, t)
+            self._check_lfs(real_fd, f"{t.git}/lfs/objects", t, budget)
         finally:
             os.close(real_fd)
+
+    def _check_lfs(self, real_fd: int, rel: str, t: Throwaway, budget: list[int]) -> None:
+        """Git LFS's objects (lfs/objects/AB/CD/ABCD..., named by the SHA-256 of their
+        content; bound in, or copied back where the project had none): git-lfs smudges a
+        committed pointer's file from the local object without hashing it, so a rewritten
+        one is content the host's next checkout writes unseen. Every object written since
+        the workload started is hashed; one that does not match its name, and whatever
+        else the workload made there, is removed and listed (`git lfs fetch` gets a
+        removed object again)."""
+        try:
+            lfs = os.open("lfs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=real_fd)
+        except OSError:
+            return
+        try:
+            top = os.open("objects", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=lfs)
+        except OSError:
+            return
+        finally:
+            os.close(lfs)
+        stray = "not an object where git-lfs keeps them (lfs/objects/AB/CD/<its SHA-256>): removed"
+        try:
+            for a in os.scandir(top):
+                if not (a.is_dir(follow_symlinks=False) and _LOOSE_DIR.fullmatch(a.name)):
+                    if self._new(a.stat(follow_symlinks=False)):
+                        self._refuse(t, top, a.name, f"{rel}/{a.name}", stray)
+                    continue
+                afd = os.open(a.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+                try:
+                    for b in os.scandir(afd):
+                        here = f"{rel}/{a.name}/{b.name}"
+                        if not (b.is_dir(follow_symlinks=False) and _LOOSE_DIR.fullmatch(b.name)):
+                            if self._new(b.stat(follow_symlinks=False)):
+                                self._refuse(t, afd, b.name, here, stray)
+                            continue
+                        bfd = os.open(b.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=afd)
+                        try:
+                            for f in os.scandir(bfd):
+                                if not self._new(f.stat(follow_symlinks=False)):
+                                    continue
+                                if not (f.is_file(follow_symlinks=False) and _LFS_OID.fullmatch(f.name)
+                                        and f.name.startswith(a.name + b.name)):
+                                    self._refuse(t, bfd, f.name, f"{here}/{f.name}", stray)
+                                elif (why := lfs_object_problem(bfd, f.name, budget)) is not None:
+                                    self._refuse(t, bfd, f.name, f"{here}/{f.name}", why)
+                        finally:
+                            os.close(bfd)
+                finally:
+                    os.close(afd)
+        finally:
+            os.close(top)
 
     def _new(self, st: os.stat_result) -> bool:
         return self.started is not None and st.st_ctime_ns >= self.started

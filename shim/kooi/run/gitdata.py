@@ -66,6 +66,21 @@ def loose_problem(dir_fd: int, name: str, oid: str, budget: list[int]) -> str | 
     return None
 
 
+def lfs_object_problem(dir_fd: int, name: str, budget: list[int]) -> str | None:
+    """Why the Git LFS object NAME (the SHA-256 of its content) is not what its name says."""
+    h = hashlib.sha256()
+    with os.fdopen(os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd), "rb") as f:
+        while chunk := f.read(1 << 20):
+            budget[0] -= len(chunk)
+            if budget[0] < 0:
+                return "written by the workload past what kooi verifies in a run: removed (`git lfs fetch` gets it again)"
+            h.update(chunk)
+    if h.hexdigest() != name:
+        return ("rewritten under its name (its content does not hash to it; git-lfs would write it into the file "
+                "at the host's next checkout): removed (`git lfs fetch` gets it again)")
+    return None
+
+
 def pack_problem(fd: int, stem: str, budget: list[int]) -> str | None:
     """Why the pack STEM (and its index) in FD is not what git wrote (`git index-pack
     --verify`: every object hashed, the index compared), run outside any repository
