@@ -2100,3 +2100,26 @@ def test_git_lfs_objects_the_workload_wrote_are_verified(repo, tmp_path_factory,
     subprocess.run(["git", "-C", str(repo), "checkout", "--", "data.bin"], capture_output=True,
                    env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
     assert not (repo / "data.bin").exists() or (repo / "data.bin").read_text() != "evil\n"
+
+
+def test_review_46_a_name_git_gives_up_on_hides_no_other(repo, tmp_path_factory):
+    """`git cat-file --batch-check` gives up on a whole batch at `HEAD@{999}` (a reflog's
+    checkout of a name no host command resolves either): the names beside it are still
+    resolved and their commits judged, not the whole reflog said unreadable."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
+    tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
+    head = git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+    evil = git(repo, "commit-tree", "-p", head, "-m", "evil", tree, git_dir=view).strip()
+    (view / "objects/info").mkdir(exist_ok=True)
+    (view / "objects/info/m").write_text(evil + "\n")
+    with (view / "logs/HEAD").open("a") as f:
+        for name in ("HEAD@{999}", "objects/info/m", "main@{99}"):
+            f.write(f"{head} {head} a <a@b> 1796684116 +0000\tcheckout: moving from {name} to main\n")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert evil[:12] in said.get(".envrc", ""), said

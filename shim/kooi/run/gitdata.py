@@ -388,18 +388,34 @@ def read_tips(gitdir: str | os.PathLike[str]) -> dict[str, str] | None:
     return tips if len(tips) <= MAX_TIPS else None
 
 
-def resolve_names(gitdir: str | os.PathLike[str], names: list[bytes]) -> dict[bytes, str] | None:
+def resolve_names(gitdir: str | os.PathLike[str], names: list[bytes], calls: int = 64) -> dict[bytes, str] | None:
     """{name: object id} of the NAMES git resolves in GITDIR (as `git checkout NAME`
-    would: every rule of git's, symrefs followed); None when git cannot tell."""
-    if not names:
-        return {}
-    out = git_plumbing(gitdir, "cat-file", "--batch-check=%(objectname)", stdin=b"".join(n + b"\n" for n in names))
-    if out is None:
-        return None
-    lines = out.splitlines()
-    if len(lines) != len(names):
-        return None
-    return {n: line.decode().lower() for n, line in zip(names, lines) if HEX_ID_TEXT.fullmatch(line.decode(errors="replace"))}
+    would: every rule of git's, symrefs followed); None when git cannot tell. Git gives
+    up on the whole batch at some names (`HEAD@{999}`: "log for 'HEAD' only has 1
+    entries"), which no host command resolves either: the batch is halved until they
+    stand alone, at most CALLS git runs."""
+    budget = [calls]
+
+    def batch(part: list[bytes]) -> dict[bytes, str] | None:
+        if not part:
+            return {}
+        budget[0] -= 1
+        if budget[0] < 0:
+            return None
+        out = git_plumbing(gitdir, "cat-file", "--batch-check=%(objectname)", stdin=b"".join(n + b"\n" for n in part))
+        if out is None:
+            if len(part) == 1:
+                return {}  # git dies on it: nothing a host command checks out
+            half = len(part) // 2
+            first, second = batch(part[:half]), batch(part[half:])
+            return None if first is None or second is None else {**first, **second}
+        lines = out.splitlines()
+        if len(lines) != len(part):
+            return None
+        return {n: line.decode().lower() for n, line in zip(part, lines)
+                if HEX_ID_TEXT.fullmatch(line.decode(errors="replace"))}
+
+    return batch(names)
 
 
 def commits_of(gitdir: str | os.PathLike[str], ids: list[str]) -> list[str] | None:
