@@ -2123,3 +2123,17 @@ def test_review_46_a_name_git_gives_up_on_hides_no_other(repo, tmp_path_factory)
     rec = g.check()
     said = {c["path"]: c["change"] for c in rec["watched_changed"]}
     assert evil[:12] in said.get(".envrc", ""), said
+
+
+def test_names_are_never_skipped_when_git_cannot_run(repo):
+    """A git that fails whatever the name (here: on a git directory whose HEAD it cannot
+    read) leaves the names unresolved and says so; that is no name git gives up on."""
+    from kooi.run import gitdata
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    (repo / ".git/objects/info/m").write_text("0" * 40 + "\n")
+    with (repo / ".git/logs/HEAD").open("a") as f:
+        f.write(f"{'0' * 40} {'1' * 40} a <a@b> 1796684116 +0000\tcheckout: moving from objects/info/m to main\n")
+    assert gitdata.read_tips(repo / ".git") is not None
+    (repo / ".git/HEAD").write_text("garbage\n")
+    assert gitdata.read_tips(repo / ".git") is None

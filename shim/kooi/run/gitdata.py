@@ -395,6 +395,8 @@ def resolve_names(gitdir: str | os.PathLike[str], names: list[bytes], calls: int
     entries"), which no host command resolves either: the batch is halved until they
     stand alone, at most CALLS git runs."""
     budget = [calls]
+    if names and git_plumbing(gitdir, "cat-file", "--batch-check=%(objectname)") is None:
+        return None  # git fails on no name at all: nothing is resolved, said (never skipped)
 
     def batch(part: list[bytes]) -> dict[bytes, str] | None:
         if not part:
