@@ -2137,3 +2137,54 @@ def test_names_are_never_skipped_when_git_cannot_run(repo):
     assert gitdata.read_tips(repo / ".git") is not None
     (repo / ".git/HEAD").write_text("garbage\n")
     assert gitdata.read_tips(repo / ".git") is None
+
+
+@pytest.mark.parametrize("where", ["ORIG_HEAD", "reflog", "FETCH_HEAD", "AUTO_MERGE"])
+def test_review_47_a_tree_a_pseudo_ref_or_reflog_names_is_judged(repo, tmp_path_factory, where):
+    """Review 47 (medium): a tree id, not a commit, in ORIG_HEAD, HEAD's reflog,
+    FETCH_HEAD or AUTO_MERGE (which holds a tree by design) was dropped as no commit;
+    `git checkout ORIG_HEAD -- .`, `git restore --source=HEAD@{1} -- .` wrote its `.envrc`."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
+    tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
+    head = git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+    if where == "reflog":
+        with (view / "logs/HEAD").open("a") as f:
+            f.write(f"{head} {tree} a <a@b> 1796684116 +0000\treset: moving to HEAD\n")
+            f.write(f"{tree} {head} a <a@b> 1796684117 +0000\treset: moving to HEAD\n")
+        host = ["restore", "--source=HEAD@{1}", "--", "."]
+    else:
+        (view / where).write_text(f"{tree}\t\tbranch 'main' of /x\n" if where == "FETCH_HEAD" else tree + "\n")
+        host = ["checkout", where, "--", "."]
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert tree[:12] in said.get(".envrc", ""), (said, rec["refused"])
+    _host_git(repo, *host)
+    assert (repo / ".envrc").read_text() == "echo pwned\n"
+
+
+@pytest.mark.parametrize("tail", ["\0", " junk", "\tjunk", "\0junk"])
+def test_review_47_a_ref_is_read_as_git_reads_it(repo, tmp_path_factory, tail):
+    """Review 47: git reads a loose ref as its id followed by nothing, a blank or a NUL,
+    whatever comes after; with a NUL the check crashed (the run failed, and so did every
+    later one on the project), with ` junk` the commit was only said unreadable. The
+    branch's commit is judged like any other (`git checkout nul` wrote its `.envrc`)."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
+    tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
+    head = git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+    evil = git(repo, "commit-tree", "-p", head, "-m", "evil", tree, git_dir=view).strip()
+    (view / "refs/heads/odd").write_bytes(evil.encode() + tail.encode() + b"\n")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert "refs/heads/odd" in said.get(".envrc", ""), (said, rec["refused"])
+    _host_git(repo, "checkout", "odd")
+    assert (repo / ".envrc").read_text() == "echo pwned\n"

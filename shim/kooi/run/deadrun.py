@@ -310,6 +310,10 @@ def finish_all(run_dir: Path, cfg: EngineConfig | None, dry_run: bool = False,
                 out.append(said)
         except RunError as exc:
             out.append(f"warning: {exc}")
+        except Exception as exc:  # noqa: BLE001 - one record's failure holds up no other's check
+            out.append(f"warning: the check of run {doc.get('run_id')} on {doc.get('project')}, whose kooi run "
+                       f"died, failed ({exc.__class__.__name__}: {exc}); its record is kept for the next run "
+                       "there or kooi gc")
         finally:
             lock.release()
     return out

@@ -182,8 +182,7 @@ def read_refs(gitdir: str | os.PathLike[str]) -> tuple[dict[str, str], str] | No
             pass
         for child, data in _files_below(top, "refs", 512, (OSError,)):
             if data is not None:
-                ref = data.strip().decode(errors="replace")
-                refs[child] = ref.lower() if HEX_ID_TEXT.fullmatch(ref) else ref
+                refs[child] = ref_value(data)
             if len(refs) > MAX_REFS:
                 return None
         try:
@@ -198,6 +197,22 @@ def read_refs(gitdir: str | os.PathLike[str]) -> tuple[dict[str, str], str] | No
         os.close(top)
     head = head.removeprefix("ref: ")
     return refs, head.lower() if HEX_ID_TEXT.fullmatch(head) else head
+
+
+_LOOSE_ID = re.compile(rb"([0-9a-fA-F]{64}|[0-9a-fA-F]{40})(?:[ \t\n\r\0]|$)")
+
+
+def ref_value(data: bytes) -> str:
+    """A loose ref's content as git reads it (refs/files-backend.c,
+    parse_loose_ref_contents): trailing blanks trimmed, `ref:` and the name it points
+    to, or an id followed by nothing, a blank or a NUL (review 47: `ID\\0junk` and `ID
+    junk` are ID to git); anything else as it is (a broken ref to git)."""
+    data = data.rstrip(b" \t\n\r")
+    if data.startswith(b"ref:"):
+        return "ref: " + data[4:].lstrip(b" \t\n\r").decode(errors="replace")
+    if (m := _LOOSE_ID.match(data)) is not None:
+        return m.group(1).decode().lower()
+    return data.decode(errors="replace")
 
 
 def refs_changed(before: dict[str, str], after: dict[str, str], own: set[str], limit: int = 50) -> list[tuple[str, str]]:
@@ -229,8 +244,8 @@ def git_plumbing(gitdir: str | os.PathLike[str], *args: str, timeout: float = 12
                             "-c", "core.multiPackIndex=false", "-c", "core.commitGraph=false", *args],
                            cwd="/", env=env, input=stdin if stdin is not None else b"", capture_output=True,
                            timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None  # ValueError: an argument git could not be given (a NUL: review 47)
     return r.stdout if r.returncode == 0 else None
 
 
@@ -420,8 +435,8 @@ def resolve_names(gitdir: str | os.PathLike[str], names: list[bytes], calls: int
     return batch(names)
 
 
-def commits_of(gitdir: str | os.PathLike[str], ids: list[str]) -> list[str] | None:
-    """The IDS that name a commit (or a tag) in GITDIR's objects."""
+def commits_of(gitdir: str | os.PathLike[str], ids: list[str], kinds: tuple[str, ...] = ("commit", "tag")) -> list[str] | None:
+    """The IDS that name a commit (or a tag; or an object of KINDS) in GITDIR's objects."""
     if not ids:
         return []
     out = git_plumbing(gitdir, "cat-file", "--batch-check=%(objectname) %(objecttype)",
@@ -429,7 +444,7 @@ def commits_of(gitdir: str | os.PathLike[str], ids: list[str]) -> list[str] | No
     if out is None:
         return None
     return [oid for oid, _, kind in (line.decode(errors="replace").partition(" ") for line in out.splitlines())
-            if kind in ("commit", "tag")]
+            if kind in kinds]
 
 
 def introduced(gitdir: str | os.PathLike[str], tips: list[str], old: list[str],

@@ -283,10 +283,18 @@ class Listed:
         if not tips:
             return []
         found = introduced(gitdir, tips, sorted(old - NULL_IDS), MAX_COMMITS)
-        if found is None:
+        # A tree, not a commit, where git takes a tree-ish (review 47: `git checkout
+        # ORIG_HEAD -- .`, `git restore --source=HEAD@{1}` wrote the files of a tree the
+        # workload left there; AUTO_MERGE holds one by design): its files against the
+        # commit the project had checked out.
+        trees = commits_of(gitdir, tips, ("tree",))
+        tree_files = [tree_changes(gitdir, start, t) for t in trees or ()]
+        if found is None or trees is None or any(f is None for f in tree_files):
             return [{"path": f"{repo.git}/logs", "change": f"the run's commits{of} could not be read: check `git "
                                                           "reflog` before you check out an earlier HEAD"}]
         changes, commits = found
+        changes = [(t, t, path, mode, oid) for t, files in zip(trees or (), tree_files)
+                   for path, mode, oid in files or ()] + changes
         out: list[dict[str, str]] = []
         if commits >= MAX_COMMITS:
             out.append({"path": f"{repo.git}/logs", "change": f"the run made more than {MAX_COMMITS} commits{of}: "
@@ -308,6 +316,11 @@ class Listed:
             if (why := self._risky(at + rel, mode, target, names.get(commit, set()))) is not None:
                 done.add((at + rel, oid))
                 where = labels.get(source, source[:12])
+                if commit in (trees or ()):
+                    out.append({"path": at + rel, "change": f"in the tree {commit[:12]}{of} that {where} names "
+                                                            f"({why}): `git checkout {where} -- .` on the host "
+                                                            "writes it"})
+                    continue
                 out.append({"path": at + rel, "change": f"committed in {commit[:12]}{of}, reachable from {where} "
                                                         f"({why}): a checkout of it on the host writes it"})
         return _capped(out, 100, f"{repo.git}/logs", "of the run's commits")

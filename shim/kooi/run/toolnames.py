@@ -115,6 +115,9 @@ WATCHED = (".github/workflows", ".gitlab-ci.yml", "Jenkinsfile", ".circleci", "a
            # ignores itself and a test beside it), drivers git runs by path, compose's and
            # tools' environment (.env: COMPOSE_FILE names another compose file)
            ".gitignore", ".gitattributes", ".env",
+           # Git LFS's settings from the project (lfs.url: where the host's `git lfs pull`
+           # fetches from and sends its credentials; review 47)
+           ".lfsconfig",
            # review 16: local GitHub actions a watched workflow runs, other build systems'
            # entry points and tools' startup files that run code of the project's
            ".github/actions", ".gitlab", ".storybook", "CMakeLists.txt", "CMakePresets.json", "meson.build",
