@@ -29,7 +29,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,6 +102,17 @@ class RunScope:
 # --- the proxy ----------------------------------------------------------------------
 
 
+# How long a run's end waits for requests already on their way to the engine.
+STOP_GRACE = 30.0
+
+
+def _cut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 class Broker:
     """Serve the broker socket in background threads until `stop()`."""
 
@@ -119,6 +132,16 @@ class Broker:
         self.lock = threading.Lock()
         self.server: _Server | None = None
         self.thread: threading.Thread | None = None
+        # The run's end (review 48: a request held back mid-head until the broker had
+        # stopped was still decided and forwarded, and created a container after the
+        # cleanup's listing): requests not yet decided when it stops are cut off; those
+        # on their way to the engine are waited for (then cut off) before stop() returns,
+        # so the cleanup that follows sees everything they made.
+        self.closing = False
+        self._reading: set[socket.socket] = set()
+        # client -> [its engine connection (once made), whether the request changes anything]
+        self._forwarding: dict[socket.socket, list[Any]] = {}
+        self._idle = threading.Condition(self.lock)
 
     def start(self, mode: int = 0o666) -> None:
         try:
@@ -134,9 +157,66 @@ class Broker:
         self.thread = threading.Thread(target=self.server.serve_forever, name="kooi-broker", daemon=True)
         self.thread.start()
 
-    def stop(self) -> None:
+    def admit(self, client: socket.socket) -> bool:
+        """A new connection, unless the run is ending."""
+        with self.lock:
+            if self.closing:
+                return False
+            self._reading.add(client)
+            return True
+
+    def begin_forward(self, client: socket.socket, writes: bool) -> bool:
+        """CLIENT's request, decided, goes to the engine (WRITES: it may make or change
+        something there): unless the run is ending."""
+        with self.lock:
+            self._reading.discard(client)
+            if self.closing:
+                return False
+            self._forwarding[client] = [None, writes]
+            return True
+
+    def upstream_of(self, client: socket.socket, up: socket.socket) -> bool:
+        """UP carries CLIENT's request to the engine; False (UP cut) when the run ended meanwhile."""
+        with self.lock:
+            if client not in self._forwarding:
+                _cut(up)
+                return False
+            self._forwarding[client][0] = up
+            return True
+
+    def done(self, client: socket.socket) -> None:
+        with self.lock:
+            self._reading.discard(client)
+            self._forwarding.pop(client, None)
+            self._idle.notify_all()
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """No request reaches the engine once this returns: connections still being read
+        are cut off, and so are streams and waits (attach, logs, events, wait); requests
+        that change something and are already on their way (a create, a start) are let
+        finish for up to GRACE seconds, so the cleanup after this sees what they made."""
         if self.server:
-            self.server.shutdown()
+            self.server.shutdown()  # no new connections
+        with self.lock:
+            self.closing = True
+            cut = [*self._reading, *(s for c, (up, writes) in self._forwarding.items() if not writes
+                                    for s in (c, up) if s is not None)]
+        for c in cut:
+            _cut(c)
+        deadline = time.monotonic() + grace
+        with self.lock:
+            while self._forwarding and (left := deadline - time.monotonic()) > 0:
+                self._idle.wait(left)
+            cut = [s for c, (up, _) in self._forwarding.items() for s in (c, up) if s is not None]
+        for c in cut:
+            _cut(c)
+        # (a request still being read or decided, say on an ownership look-up, can no
+        # longer be forwarded: begin_forward refuses it)
+        with self.lock:
+            end = time.monotonic() + 10
+            while self._forwarding and (left := end - time.monotonic()) > 0:
+                self._idle.wait(left)
+        if self.server:
             self.server.server_close()
             self.server = None
         try:
@@ -262,28 +342,40 @@ class Broker:
             self.log(f"broker refused {req.method} {req.uri.split('?', 1)[0]}: {d.reason}")
 
 
-def cleanup(upstream: str, run_id: str, keep: set[str] | None = None) -> dict[str, list[str]]:
+def cleanup(upstream: str, run_id: str, keep: set[str] | None = None, passes: int = 5) -> dict[str, list[str]]:
     """Remove every container, network and volume labelled with RUN_ID (except the ids
-    in KEEP); returns what was removed and what could not be."""
+    in KEEP); returns what was removed and what could not be. Listed again until a
+    listing finds nothing (review 48: what a request in flight made after the first
+    listing stayed, and the result said nothing was left), at most PASSES times; what
+    the last finds is failed."""
     up = Engine(upstream, timeout=120)
     flt = urllib.parse.quote(json.dumps({"label": [f"{labels.RUN}={run_id}"]}))
     out: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": [], "failed": []}
     keep = keep or set()
-    status, doc = up.call("GET", f"/containers/json?all=1&filters={flt}")
-    for c in doc or [] if status == 200 else []:
-        if c["Id"] in keep:
-            continue
-        st, _ = up.call("DELETE", f"/containers/{c['Id']}?force=1&v=1")
-        (out["containers"] if st in (204, 404) else out["failed"]).append(
-            (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"))
-    status, doc = up.call("GET", f"/networks?filters={flt}")
-    for n in doc or [] if status == 200 else []:
-        if n["Id"] in keep or n.get("Name") in keep:
-            continue
-        st, _ = up.call("DELETE", f"/networks/{n['Id']}")
-        (out["networks"] if st in (204, 404) else out["failed"]).append(n.get("Name") or n["Id"][:12])
-    status, doc = up.call("GET", f"/volumes?filters={flt}")
-    for v in (doc or {}).get("Volumes") or [] if status == 200 else []:
-        st, _ = up.call("DELETE", f"/volumes/{urllib.parse.quote(v['Name'], safe='')}?force=1")
-        (out["volumes"] if st in (204, 404) else out["failed"]).append(v["Name"])
+    for n in range(passes):
+        found = False
+        status, doc = up.call("GET", f"/containers/json?all=1&filters={flt}")
+        for c in doc or [] if status == 200 else []:
+            if c["Id"] in keep:
+                continue
+            found = True
+            st, _ = up.call("DELETE", f"/containers/{c['Id']}?force=1&v=1")
+            (out["containers"] if st in (204, 404) else out["failed"]).append(
+                (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"))
+        status, doc = up.call("GET", f"/networks?filters={flt}")
+        for net in doc or [] if status == 200 else []:
+            if net["Id"] in keep or net.get("Name") in keep:
+                continue
+            found = True
+            st, _ = up.call("DELETE", f"/networks/{net['Id']}")
+            (out["networks"] if st in (204, 404) else out["failed"]).append(net.get("Name") or net["Id"][:12])
+        status, doc = up.call("GET", f"/volumes?filters={flt}")
+        for v in (doc or {}).get("Volumes") or [] if status == 200 else []:
+            found = True
+            st, _ = up.call("DELETE", f"/volumes/{urllib.parse.quote(v['Name'], safe='')}?force=1")
+            (out["volumes"] if st in (204, 404) else out["failed"]).append(v["Name"])
+        if not found or out["failed"]:
+            return out
+        if n == passes - 1:
+            out["failed"].append(f"objects of the run still appear after {passes} listings")
     return out

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 CONTAINER_JSON = re.compile(r"/containers/[^/]+/json")
+# How long a client has to send a request's head and body.
+READ_TIMEOUT = 120.0
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -51,6 +53,18 @@ class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         client: socket.socket = self.request
         broker = self.server.broker
+        if not broker.admit(client):
+            _reply(client, 503, "kooi broker: the run is ending")
+            return
+        try:
+            # A request's head and body arrive within READ_TIMEOUT (a client that holds
+            # its last bytes back holds a thread, never a decision past the run's end).
+            client.settimeout(READ_TIMEOUT)
+            self._handle(client, broker)
+        finally:
+            broker.done(client)
+
+    def _handle(self, client: socket.socket, broker: Broker) -> None:
         r = Reader(client)
         try:
             req = read_head(r)
@@ -84,6 +98,12 @@ class _Handler(socketserver.BaseRequestHandler):
         if not d.allow:
             _reply(client, 403, f"kooi broker: {d.reason}")
             return
+        # From here on the engine acts on it: never once the run is ending (review 48).
+        writes = req.method != "GET" and not (hit and hit.route.hijack) and not path.endswith("/wait")
+        if not broker.begin_forward(client, writes):
+            _reply(client, 503, "kooi broker: the run is ending")
+            return
+        client.settimeout(None)  # streams (attach, logs) last as long as they last
         if broker.scope.attach:
             try:
                 if hit and hit.route.run == Created("network"):
@@ -116,6 +136,9 @@ class _Handler(socketserver.BaseRequestHandler):
             _reply(client, 502, f"kooi broker: the engine does not answer ({exc})")
             return
         up.settimeout(None)
+        if not broker.upstream_of(client, up):
+            up.close()
+            return
         try:
             forward(r, req, client, up, upgrade=bool(hit and hit.route.hijack))
         except (OSError, BadRequest):

@@ -334,8 +334,22 @@ def stop(cfg: EngineConfig, who: Caller, name: str | None, timeout: float = 120.
     return doc
 
 
-def reset(cfg: EngineConfig, who: Caller, name: str) -> str:
+def reset(cfg: EngineConfig, who: Caller, name: str, timeout: float = 60) -> str:
     """Remove WHO's kept home for sessions of workflow NAME (none may be running)."""
+    from .run import RUN_DIR
+
+    # Under the start lock (review 48: a reset between a start's look at the home and its
+    # container's create removed the home; the engine made an unlabelled one in its
+    # place, and every later start and reset of that person's session refused it).
+    lock = _start_lock(RUN_DIR / "sessions" / f"{who.person}.{name}.start-lock", timeout, cfg.runner_uid,
+                       cfg.runner_gid)
+    try:
+        return _reset_locked(cfg, who, name)
+    finally:
+        os.close(lock)
+
+
+def _reset_locked(cfg: EngineConfig, who: Caller, name: str) -> str:
     from .run.session import home_volume
 
     if any(s.running for s in find(cfg, who, name)):

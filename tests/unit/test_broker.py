@@ -554,3 +554,100 @@ def test_review_45_a_nested_container_or_volume_cannot_pass_for_a_session_or_a_h
     assert {sent["Labels"].get(k) for k in (labels.SESSION, labels.PERSON, labels.HOME)} == {""}, sent["Labels"]
     vol = sent["HostConfig"]["Mounts"][0]["VolumeOptions"]["Labels"]
     assert vol.get(labels.HOME) == "" and vol.get(labels.PERSON) == "" and vol[labels.RUN] == "run-1", vol
+
+
+# --- the run's end (review 48) --------------------------------------------------------
+
+
+class ScriptedEngine:
+    """A unix-socket HTTP server standing in for the engine: it records every request
+    head it receives and answers each after DELAY seconds."""
+
+    def __init__(self, path: str, delay: float = 0.0) -> None:
+        self.path, self.delay, self.got = path, delay, []
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(path)
+        self.sock.listen(16)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(c,), daemon=True).start()
+
+    def _one(self, c: socket.socket) -> None:
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data and (chunk := c.recv(4096)):
+                data += chunk
+            self.got.append(data.split(b"\r\n", 1)[0].decode())
+            time.sleep(self.delay)
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        except OSError:
+            pass  # the broker cut it (the run ended)
+        finally:
+            c.close()
+
+
+def _endable(tmp_path, delay: float = 0.0) -> tuple[Broker, ScriptedEngine]:
+    engine = ScriptedEngine(str(tmp_path / "engine.sock"), delay)
+    b = Broker(str(tmp_path / "b.sock"), engine.path, Policy(workspace=str(tmp_path)),
+               RunScope("r1", {labels.RUN: "r1"}))
+    b.start()
+    return b, engine
+
+
+def test_a_request_held_back_until_the_run_ends_never_reaches_the_engine(tmp_path):
+    """Review 48 (high): a nested container sent a request's head without its last CRLF,
+    waited until the broker had stopped, then finished it: the broker still decided and
+    forwarded it (a container created after the cleanup's listing wrote into the project
+    after the guard's check). Once stop() returns, nothing more reaches the engine."""
+    b, engine = _endable(tmp_path)
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(b.listen)
+    s.sendall(b"GET /v1.41/version HTTP/1.1\r\nHost: docker\r\n")
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    b.stop()
+    assert time.monotonic() - t0 < 5
+    try:
+        s.sendall(b"\r\n")
+        s.settimeout(5)
+        answer = s.recv(4096)
+    except OSError:
+        answer = b""
+    time.sleep(0.3)
+    assert engine.got == [] and b"200 OK" not in answer, (engine.got, answer)
+
+
+def test_a_request_on_its_way_when_the_run_ends_is_let_finish_first(tmp_path):
+    """A create already forwarded when the run ends is waited for: the cleanup after
+    stop() lists what it made."""
+    b, engine = _endable(tmp_path, delay=1.0)
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(b.listen)
+    s.sendall(b"POST /v1.41/auth HTTP/1.1\r\nHost: docker\r\nContent-Length: 2\r\n\r\n{}")
+    deadline = time.monotonic() + 5
+    while not engine.got and time.monotonic() < deadline:
+        time.sleep(0.05)
+    b.stop()
+    s.settimeout(5)
+    assert s.recv(4096).startswith(b"HTTP/1.1 200 OK")
+
+
+def test_a_stream_open_when_the_run_ends_does_not_hold_it(tmp_path):
+    """A stream (events, attach, logs, a wait) the engine holds open is cut at once, not
+    waited for."""
+    b, engine = _endable(tmp_path, delay=60.0)
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(b.listen)
+    s.sendall(b"GET /v1.41/events HTTP/1.1\r\nHost: docker\r\n\r\n")
+    deadline = time.monotonic() + 5
+    while not engine.got and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    b.stop()
+    assert time.monotonic() - t0 < 5

@@ -143,7 +143,40 @@ def test_review_45_reset_removes_only_the_persons_own_home_of_that_workflow(monk
             return None
 
     monkeypatch.setattr(sessions, "_client", lambda cfg: Engine())
+    cfg = _lock_cfg(monkeypatch, tmp_path)
     with pytest.raises(sessions.SessionError, match="not alice.x's kept home of y"):
-        sessions.reset(None, sessions.Caller("alice.x", False), "y")
+        sessions.reset(cfg, sessions.Caller("alice.x", False), "y")
     assert deleted == []
-    assert "removed alice's kept home for x.y" in sessions.reset(None, sessions.Caller("alice", False), "x.y")
+    assert "removed alice's kept home for x.y" in sessions.reset(cfg, sessions.Caller("alice", False), "x.y")
+
+
+def _lock_cfg(monkeypatch, tmp_path):
+    """Where sessions take their start locks (the run state), and whose they are."""
+    import types
+
+    import kooi.run
+    monkeypatch.setattr(kooi.run, "RUN_DIR", tmp_path)
+    return types.SimpleNamespace(runner_uid=os.getuid(), runner_gid=os.getgid())
+
+
+def test_review_48_reset_waits_for_a_start_in_progress(monkeypatch, tmp_path):
+    """Review 48 (medium): a reset between a start's look at the home and its container's
+    create removed the home, the engine made an unlabelled one in its place, and every
+    later start and reset of the person's session refused it. Reset takes the start lock:
+    while a start holds it, reset waits, then refuses without touching the engine."""
+    import fcntl
+
+    from kooi import sessions
+
+    touched = []
+    monkeypatch.setattr(sessions, "_client", lambda cfg: touched.append(cfg))
+    monkeypatch.setattr(sessions, "find", lambda *a, **k: touched.append(a) or [])
+    cfg = _lock_cfg(monkeypatch, tmp_path)
+    held = sessions._start_lock(tmp_path / "sessions" / "alice.x.start-lock", 1, os.getuid(), os.getgid())
+    try:
+        with pytest.raises(sessions.SessionError, match="another start of this session holds"):
+            sessions.reset(cfg, sessions.Caller("alice", False), "x", timeout=0.3)
+        assert touched == []
+    finally:
+        fcntl.flock(held, fcntl.LOCK_UN)
+        os.close(held)

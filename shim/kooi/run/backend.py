@@ -121,6 +121,11 @@ def _finish(backend: Backend, ctx: RunContext, guard: Guard) -> bool:
                                  "restore_failed": [f"the project check did not run: {exc}"], "watched_changed": []}
         return False
     left = (ctx.res.cleanup or {}).get("failed") or []
+    late: list[str] = getattr(backend, "leftovers", list)()
+    if late:
+        # Made after the cleanup's listings: what it wrote after the check is unchecked.
+        left = [*left, *late]
+        ctx.res.cleanup = {**(ctx.res.cleanup or {}), "failed": left}
     if cleanup_failed or left:
         # Something the run started may still hold the project: the check proves nothing.
         record["restored"] = False
