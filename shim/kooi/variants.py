@@ -13,6 +13,11 @@ On the controller, before anything changes (roles/preflight, `kooi image variant
 On the host (roles/runner_image) the lock's versions are what apt installs, and the
 variant is built, verified (no setuid file, its base the pinned runner image) and pinned
 like the runner image (kooi.image).
+
+A toolchain Debian does not package comes as a download recipe (`downloads`: an https
+URL, the SHA-256 of what it serves, where it is unpacked): the build fetches it, and it
+is unpacked only when it hashes to the recipe's sum. The sum is the pin: a recipe without
+one fails the play before anything changes.
 """
 
 from __future__ import annotations
@@ -38,7 +43,13 @@ SOURCE_RE = re.compile(r"^deb (https?://[A-Za-z0-9.-]+(?::[0-9]+)?(?:/[A-Za-z0-9
                        r"((?: [a-z0-9-]+)+)\Z")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 RESERVED = frozenset({"runner", "e2e"})
-KEYS = frozenset({"description", "packages", "sources", "environment"})
+KEYS = frozenset({"description", "packages", "sources", "environment", "downloads"})
+DOWNLOAD_KEYS = frozenset({"url", "sha256", "dest", "strip"})
+# An archive the image build fetches: https only, no credentials, no spaces or quotes.
+URL_RE = re.compile(r"^https://[A-Za-z0-9.-]+(?::[0-9]+)?/[A-Za-z0-9._~/%+@=-]*\Z")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
+# Where a download is unpacked: a directory of its own under /opt.
+DEST_RE = re.compile(r"^/opt/[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 # The most bytes of one package index kooi reads (trixie's main is about 60 MB unpacked).
 MAX_INDEX = 256 << 20
 
@@ -48,12 +59,51 @@ class VariantError(Exception):
 
 
 @dataclass(frozen=True)
+class Download:
+    """A toolchain the build fetches from URL, unpacks (a tar archive, gzip or xz) into
+    DEST without its first STRIP path components, once it hashes to SHA256."""
+
+    url: str
+    sha256: str
+    dest: str
+    strip: int = 0
+
+
+@dataclass(frozen=True)
 class Variant:
     name: str
     packages: tuple[str, ...]
     sources: tuple[str, ...] = ()
     environment: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    downloads: tuple[Download, ...] = ()
+
+
+def _downloads(spec: Any, at: str) -> tuple[Download, ...]:
+    if not isinstance(spec, list) or not all(isinstance(d, dict) for d in spec):
+        raise VariantError(f"{at}: a list of recipes, each {{url: https://..., sha256: ..., dest: /opt/NAME, strip: N}}")
+    out: list[Download] = []
+    for i, d in enumerate(spec):
+        here = f"{at}[{i}]"
+        unknown = sorted(set(map(str, d)) - DOWNLOAD_KEYS)
+        if unknown:
+            raise VariantError(f"{here}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(DOWNLOAD_KEYS))}")
+        url, sha, dest, strip = d.get("url"), d.get("sha256"), d.get("dest"), d.get("strip", 0)
+        if not isinstance(url, str) or not URL_RE.match(url):
+            raise VariantError(f"{here}.url: an https URL without credentials, spaces or quotes, not {url!r}")
+        if not isinstance(sha, str) or not SHA256_RE.match(sha):
+            raise VariantError(f"{here}.sha256: the SHA-256 of what {url} serves (64 lower-case hex digits) is "
+                               "required: a toolchain without a checksum is not built (`sha256sum FILE` of a "
+                               "download you checked)")
+        if not isinstance(dest, str) or not DEST_RE.match(dest):
+            raise VariantError(f"{here}.dest: a directory of its own under /opt (e.g. /opt/node-22), not {dest!r}")
+        if isinstance(strip, bool) or not isinstance(strip, int) or not 0 <= strip <= 5:
+            raise VariantError(f"{here}.strip: how many leading path components to drop (0 to 5)")
+        out.append(Download(url, sha, dest, strip))
+    dests = [d.dest for d in out]
+    if len(set(dests)) != len(dests):
+        raise VariantError(f"{at}: two recipes unpack into one directory")
+    return tuple(out)
 
 
 def parse_declared(doc: Any, where: str = "kooi_runner_images") -> dict[str, Variant]:
@@ -71,9 +121,12 @@ def parse_declared(doc: Any, where: str = "kooi_runner_images") -> dict[str, Var
         unknown = sorted(set(map(str, spec)) - KEYS)
         if unknown:
             raise VariantError(f"{at}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(KEYS))}")
-        packages = spec.get("packages")
-        if not isinstance(packages, list) or not packages or not all(isinstance(p, str) for p in packages):
-            raise VariantError(f"{at}.packages: a non-empty list of Debian package names")
+        downloads = _downloads(spec["downloads"], f"{at}.downloads") if "downloads" in spec else ()
+        packages = spec.get("packages", [] if downloads else None)
+        if not isinstance(packages, list) or not (packages or downloads) \
+                or not all(isinstance(p, str) for p in packages):
+            raise VariantError(f"{at}.packages: a non-empty list of Debian package names (or, for a toolchain "
+                               "Debian does not package, downloads)")
         bad = [p for p in packages if not PACKAGE_RE.match(p)]
         if bad:
             raise VariantError(f"{at}.packages: {bad[0]!r} is not a Debian package name (no versions here: "
@@ -89,7 +142,8 @@ def parse_declared(doc: Any, where: str = "kooi_runner_images") -> dict[str, Var
         desc = spec.get("description", "")
         if not isinstance(desc, str):
             raise VariantError(f"{at}.description: a string")
-        out[name] = Variant(name, tuple(dict.fromkeys(packages)), tuple(dict.fromkeys(sources)), dict(env), desc)
+        out[name] = Variant(name, tuple(dict.fromkeys(packages)), tuple(dict.fromkeys(sources)), dict(env), desc,
+                            downloads)
     return out
 
 
@@ -141,7 +195,8 @@ def unpinned(variants: dict[str, Variant], pins: dict[str, dict[str, Any]]) -> d
     for name, v in variants.items():
         entry = pins.get(name)
         if entry is None or list(entry["sources"]) != list(v.sources):
-            out[name] = list(v.packages)
+            if v.packages:  # a variant of downloads alone reads no package index
+                out[name] = list(v.packages)
         else:
             missing = [p for p in v.packages if p not in entry["packages"]]
             if missing:
@@ -297,4 +352,5 @@ def check(declared: Any, lock_path: Path, base_lock: Path, arch: str, write: boo
         lock_path.write_text(dump_lock(new))
     return {"changed": changed, "lock": str(lock_path),
             "variants": {n: {**new[n], "base_sources": base_sources, "environment": variants[n].environment,
-                             "description": variants[n].description} for n in sorted(new)}}
+                             "description": variants[n].description,
+                             "downloads": [vars(d) for d in variants[n].downloads]} for n in sorted(new)}}

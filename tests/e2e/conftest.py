@@ -71,16 +71,16 @@ def engine(provisioned):
 
 @pytest.fixture(scope="session")
 def variants(engine):
-    """The runner image variants of examples/images/variants.yml (JDK 17, Go), built,
+    """The runner image variants of examples/images/variants.yml (JDK 17, Go, Node 22), built,
     verified and pinned once per session by site.yml's image role; their pins and
     images removed at the end."""
     playbook("--tags", "runner_image", "-e", f"@{REPO / 'examples/images/variants.yml'}")
     pins = json.loads(Path("/etc/kooi/images.json").read_text())
-    assert {"java17", "go"} <= set(pins), pins
+    assert {"java17", "go", "node22"} <= set(pins), pins
     yield pins
     path = Path("/etc/kooi/images.json")
     now = json.loads(path.read_text())
-    gone = [now.pop(n) for n in ("java17", "go") if n in now]
+    gone = [now.pop(n) for n in ("java17", "go", "node22") if n in now]
     path.write_text(json.dumps(now, indent=2, sort_keys=True) + "\n")
     for pin in gone:
         subprocess.run(["runuser", "-u", engine["runner_user"], "--", "env", f"DOCKER_HOST=unix://{engine['socket']}",

@@ -167,14 +167,16 @@ def test_java_clients_pinned_versions_run_the_getting_started_guides_test(host, 
 
 
 # The pinned Testcontainers for Node.js versions besides the example's 11.14.0
-# (tests/compat/node/locks). 12.x needs Node 22.22 or newer (zstd in node:zlib): the
-# runner image has Debian 13's Node 20 (docs/testcontainers.md).
-NODE_CLIENTS = {"10.28.0": "pass"}
+# (tests/compat/node/locks), and the image each runs in: 12.x needs Node 22.22 or newer
+# (zstd in node:zlib), which the runner image (Debian 13's Node 20) has not: the node22
+# variant, a download recipe (examples/images/variants.yml; docs/testcontainers.md).
+NODE_CLIENTS = {"10.28.0": "runner", "12.2.0": "node22"}
 
 
-def test_node_clients_pinned_versions_run_the_examples_test(host, tc_wfdir, postgres_image):
+def test_node_clients_pinned_versions_run_the_examples_test(host, tc_wfdir, variants, postgres_image):
     """Issue 31: Testcontainers for Node.js 10.x (the last release before 11) runs the
-    example's test unchanged through the broker (vendored from a hashed lock)."""
+    example's test unchanged through the broker in the runner image, 12.x (the newest)
+    in the node22 variant (vendored from hashed locks)."""
     src = REPO / "tests/compat/node"
     proj = Path(host["runner_home"]) / "kooi-e2e" / f"compat-node-{time.monotonic_ns()}"
     proj.mkdir()
@@ -182,13 +184,15 @@ def test_node_clients_pinned_versions_run_the_examples_test(host, tc_wfdir, post
     try:
         subprocess.run([str(src / "vendor.sh"), str(proj)], check=True, capture_output=True, timeout=600)
         subprocess.run(["chown", "-R", f"{host['runner_user']}:{host['runner_user']}", str(proj)], check=True)
-        write_wf(tc_wfdir, "compat-node", {"mode": "container", "image": "runner", "testcontainers": True,
-                                           "command": ["sh", "run.sh"], "timeout": 600})
-        res, result = kooi_run("compat-node", proj, tc_wfdir, timeout=600)
-        found = dict(re.findall(r"^compat node testcontainers (\S+): (\S+)$", res.stdout, re.M))
-        assert found == NODE_CLIENTS, res.stdout[-6000:]
-        assert re.search(r"KOOI-TC-NODE host=engine\.kooi\.internal port=\d+ total=42", res.stdout), res.stdout
-        assert result["cleanup"]["failed"] == [] and run_objects(host, result["run_id"]) == []
+        for version, image in NODE_CLIENTS.items():
+            write_wf(tc_wfdir, "compat-node", {"mode": "container", "image": image, "testcontainers": True,
+                                               "command": ["sh", "run.sh", version], "timeout": 600})
+            res, result = kooi_run("compat-node", proj, tc_wfdir, timeout=600)
+            lines = re.findall(r"^compat node testcontainers (\S+) \(node (v\d+)\.[^)]*\): (\S+)$", res.stdout, re.M)
+            found = {v: (node, verdict) for v, node, verdict in lines}
+            assert found == {version: ("v22" if image == "node22" else "v20", "pass")}, res.stdout[-6000:]
+            assert re.search(r"KOOI-TC-NODE host=engine\.kooi\.internal port=\d+ total=42", res.stdout), res.stdout
+            assert result["cleanup"]["failed"] == [] and run_objects(host, result["run_id"]) == []
     finally:
         subprocess.run(["runuser", "-u", host["runner_user"], "--", "rm", "-rf", str(proj)], check=False)
 

