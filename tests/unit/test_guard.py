@@ -2188,3 +2188,25 @@ def test_review_47_a_ref_is_read_as_git_reads_it(repo, tmp_path_factory, tail):
     assert "refs/heads/odd" in said.get(".envrc", ""), (said, rec["refused"])
     _host_git(repo, "checkout", "odd")
     assert (repo / ".envrc").read_text() == "echo pwned\n"
+
+
+def test_review_48_every_carrier_of_a_risky_file_is_named(repo, tmp_path_factory):
+    """Review 48 (low): one `.envrc` (same content) on a new branch and in a commit left
+    only in a reflog was named on the branch alone; deleting that branch left the other."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
+    tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
+    head = git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+    on_branch = git(repo, "commit-tree", "-p", head, "-m", "one", tree, git_dir=view).strip()
+    hidden = git(repo, "commit-tree", "-p", head, "-m", "two", tree, git_dir=view).strip()
+    (view / "refs/heads/side").write_text(on_branch + "\n")
+    with (view / "logs/HEAD").open("a") as f:
+        f.write(f"{head} {hidden} a <a@b> 1796684116 +0000\tcommit: two\n")
+        f.write(f"{hidden} {head} a <a@b> 1796684117 +0000\treset: moving to HEAD\n")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert "refs/heads/side" in said.get(".envrc", "") and "HEAD@{" in said.get(".envrc", ""), said

@@ -173,8 +173,8 @@ class Listed:
             # A second place of one git directory (two `.git` files naming it): its
             # commits judged there too, its refs said once.
             moved = self._refs_moved(repo, *found) if repo is self._first(repo.git) else []
-            out += moved + [{k: v for k, v in c.items() if k != "blob"} for c in committed] \
-                + self._introduced(repo, *found, committed)
+            introduced = self._introduced(repo, *found, committed)
+            out += moved + [{k: v for k, v in c.items() if k != "blob"} for c in committed] + introduced
         return out
 
     @functools.cached_property
@@ -305,24 +305,31 @@ class Listed:
                                                               "`git reflog` before you check out an earlier HEAD"})
         # What _committed said, by path and content (review 37: by path alone, a harmless
         # .envrc on a branch hid a malicious one in a commit left in the reflog).
-        done = {(d["path"], d.get("blob", "")) for d in said}
+        done = {(d["path"], d.get("blob", "")): d for d in said}
         names: dict[str, set[str]] = {}
         for commit, source, rel, mode, oid in changes[:MAX_CHANGES]:
-            if (at + rel, oid) in done or rel == ".gitmodules" and oid in EMPTY_BLOBS:
+            if rel == ".gitmodules" and oid in EMPTY_BLOBS:
+                continue
+            if (seen := done.get((at + rel, oid))) is not None:
+                # Every carrier named, not only the first (review 48: a file said on
+                # refs/worktree/wd stayed in stash@{1} once that ref was deleted).
+                where = labels.get(source, source[:12])
+                if where not in seen["change"] and seen["change"].count("; also ") < 5:
+                    seen["change"] += f"; also reachable from {where}"
                 continue
             if commit not in names and _needs_names(rel):
                 names[commit] = {at + n for n in _tree_names(gitdir, commit)}
             target = entry_target(gitdir, mode, oid)
             if (why := self._risky(at + rel, mode, target, names.get(commit, set()))) is not None:
-                done.add((at + rel, oid))
                 where = labels.get(source, source[:12])
                 if commit in (trees or ()):
                     out.append({"path": at + rel, "change": f"in the tree {commit[:12]}{of} that {where} names "
                                                             f"({why}): `git checkout {where} -- .` on the host "
                                                             "writes it"})
-                    continue
-                out.append({"path": at + rel, "change": f"committed in {commit[:12]}{of}, reachable from {where} "
-                                                        f"({why}): a checkout of it on the host writes it"})
+                else:
+                    out.append({"path": at + rel, "change": f"committed in {commit[:12]}{of}, reachable from "
+                                                            f"{where} ({why}): a checkout of it on the host writes it"})
+                done[(at + rel, oid)] = out[-1]
         return _capped(out, 100, f"{repo.git}/logs", "of the run's commits")
 
     def _committed(self, repo: Repo, refs: dict[str, str], head: str) -> list[dict[str, str]]:
