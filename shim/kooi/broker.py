@@ -139,7 +139,8 @@ class Broker:
         # so the cleanup that follows sees everything they made.
         self.closing = False
         self._reading: set[socket.socket] = set()
-        # client -> [its engine connection (once made), whether the request changes anything]
+        # client -> [its engine connection (once made), whether the request changes
+        # anything, whether the run's end cut it]
         self._forwarding: dict[socket.socket, list[Any]] = {}
         self._idle = threading.Condition(self.lock)
 
@@ -172,16 +173,17 @@ class Broker:
             self._reading.discard(client)
             if self.closing:
                 return False
-            self._forwarding[client] = [None, writes]
+            self._forwarding[client] = [None, writes, False]
             return True
 
     def upstream_of(self, client: socket.socket, up: socket.socket) -> bool:
         """UP carries CLIENT's request to the engine; False (UP cut) when the run ended meanwhile."""
         with self.lock:
-            if client not in self._forwarding:
+            entry = self._forwarding.get(client)
+            if entry is None or entry[2]:  # cut at the run's end (review 49: past the grace)
                 _cut(up)
                 return False
-            self._forwarding[client][0] = up
+            entry[0] = up
             return True
 
     def done(self, client: socket.socket) -> None:
@@ -199,15 +201,21 @@ class Broker:
             self.server.shutdown()  # no new connections
         with self.lock:
             self.closing = True
-            cut = [*self._reading, *(s for c, (up, writes) in self._forwarding.items() if not writes
-                                    for s in (c, up) if s is not None)]
+            cut = [*self._reading]
+            for c, entry in self._forwarding.items():
+                if not entry[1]:
+                    entry[2] = True
+                    cut += [s for s in (c, entry[0]) if s is not None]
         for c in cut:
             _cut(c)
         deadline = time.monotonic() + grace
         with self.lock:
             while self._forwarding and (left := deadline - time.monotonic()) > 0:
                 self._idle.wait(left)
-            cut = [s for c, (up, _) in self._forwarding.items() for s in (c, up) if s is not None]
+            cut = []
+            for c, entry in self._forwarding.items():
+                entry[2] = True
+                cut += [s for s in (c, entry[0]) if s is not None]
         for c in cut:
             _cut(c)
         # (a request still being read or decided, say on an ownership look-up, can no

@@ -153,12 +153,19 @@ def start(cfg: EngineConfig, who: Caller, name: str, project: Path, timeout: flo
     # started, on one kept home, and every later command refused the pair).
     from .run import RUN_DIR
 
-    lock = _start_lock(RUN_DIR / "sessions" / f"{who.person}.{name}.start-lock", timeout, cfg.runner_uid,
+    lock = _start_lock(start_lock_path(RUN_DIR, who.person, name), timeout, cfg.runner_uid,
                        cfg.runner_gid)
     try:
         return _start_locked(cfg, who, name, project, wf, timeout, workflow_dir, engine_config, lock)
     finally:
         os.close(lock)
+
+
+def start_lock_path(run_dir: Path, person: str, name: str) -> Path:
+    """The start lock of PERSON's sessions of workflow NAME: `+` is in neither name
+    (review 49: `alice.x`'s of `y` and `alice`'s of `x.y` shared `alice.x.y`, and one
+    person's logins held the other's start and reset)."""
+    return run_dir / "sessions" / f"{person}+{name}.start-lock"
 
 
 def _start_lock(path: Path, timeout: float, runner_uid: int, runner_gid: int) -> int:
@@ -341,7 +348,7 @@ def reset(cfg: EngineConfig, who: Caller, name: str, timeout: float = 60) -> str
     # Under the start lock (review 48: a reset between a start's look at the home and its
     # container's create removed the home; the engine made an unlabelled one in its
     # place, and every later start and reset of that person's session refused it).
-    lock = _start_lock(RUN_DIR / "sessions" / f"{who.person}.{name}.start-lock", timeout, cfg.runner_uid,
+    lock = _start_lock(start_lock_path(RUN_DIR, who.person, name), timeout, cfg.runner_uid,
                        cfg.runner_gid)
     try:
         return _reset_locked(cfg, who, name)

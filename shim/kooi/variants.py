@@ -42,6 +42,13 @@ PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
 SOURCE_RE = re.compile(r"^deb (https?://[A-Za-z0-9.-]+(?::[0-9]+)?(?:/[A-Za-z0-9._~/-]*)?) ([a-z0-9.-]+)"
                        r"((?: [a-z0-9-]+)+)\Z")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+# What the image gets literally (review 49: `$VAR` was expanded at build time, non-ASCII
+# arrived as JSON escapes): printable ASCII but `$`, `\`, `"` and the backquote.
+ENV_VALUE_RE = re.compile(r'^[ !#%-\[\]-_a-~]*\Z')
+# Debian versions (policy 5.6.12): [epoch:]upstream[-revision], upstream from a digit.
+# They go into the build's apt-get line: nothing else ever does (review 49: a version
+# from the lock or an index over http was a shell command run as root in the build).
+VERSION_RE = re.compile(r"^(?:[0-9]+:)?[0-9][A-Za-z0-9.+~-]*\Z")
 RESERVED = frozenset({"runner", "e2e"})
 KEYS = frozenset({"description", "packages", "sources", "environment", "downloads"})
 DOWNLOAD_KEYS = frozenset({"url", "sha256", "dest", "strip"})
@@ -137,8 +144,9 @@ def parse_declared(doc: Any, where: str = "kooi_runner_images") -> dict[str, Var
                                "'deb http://deb.debian.org/debian trixie-backports main'")
         env = spec.get("environment", {})
         if not isinstance(env, dict) or not all(isinstance(k, str) and ENV_RE.match(k) and isinstance(v, str)
-                                                and "\n" not in v for k, v in env.items()):
-            raise VariantError(f"{at}.environment: a mapping of variable names to one-line strings")
+                                                and ENV_VALUE_RE.match(v) for k, v in env.items()):
+            raise VariantError(f"{at}.environment: a mapping of variable names to one-line strings of printable "
+                               "ASCII without $, \\, \" or ` (the image gets them literally)")
         desc = spec.get("description", "")
         if not isinstance(desc, str):
             raise VariantError(f"{at}.description: a string")
@@ -165,8 +173,14 @@ def load_lock(path: Path) -> dict[str, dict[str, Any]]:
         if not isinstance(entry, dict) or not isinstance(entry.get("packages"), dict) \
                 or not isinstance(entry.get("sources", []), list):
             raise VariantError(f"{path}: variants.{name}: sources (a list) and packages (name: version)")
-        out[str(name)] = {"sources": [str(s) for s in entry.get("sources", [])],
-                          "packages": {str(k): str(v) for k, v in entry["packages"].items()}}
+        sources = [str(s) for s in entry.get("sources", [])]
+        packages = {str(k): str(v) for k, v in entry["packages"].items()}
+        bad = [f"{k}={v}" for k, v in packages.items() if not PACKAGE_RE.match(k) or not VERSION_RE.match(v)] \
+            + [s for s in sources if not SOURCE_RE.match(s)]
+        if bad:
+            raise VariantError(f"{path}: variants.{name}: {bad[0]!r} is not a Debian package and version or an apt "
+                               "source line; fix or delete the entry (kooi pins it again)")
+        out[str(name)] = {"sources": sources, "packages": packages}
     return out
 
 
@@ -238,7 +252,11 @@ def read_index(source: str, arch: str, fetch: Callable[[str], bytes] = _fetch) -
             if line.startswith("Package: "):
                 name = line[9:].strip()
             elif line.startswith("Version: ") and name:
-                out.setdefault(name, []).append(line[9:].strip())
+                version = line[9:].strip()
+                if not VERSION_RE.match(version) or not PACKAGE_RE.match(name):
+                    raise VariantError(f"the package index of {source!r} names {name!r} {version!r}, not a Debian "
+                                       "package and version: not used")
+                out.setdefault(name, []).append(version)
     return out
 
 

@@ -651,3 +651,21 @@ def test_a_stream_open_when_the_run_ends_does_not_hold_it(tmp_path):
     t0 = time.monotonic()
     b.stop()
     assert time.monotonic() - t0 < 5
+
+
+def test_review_49_a_request_cut_at_the_end_of_the_grace_is_not_forwarded(tmp_path):
+    """Review 49: a handler between its decision and its engine connection when the grace
+    ran out still got to forward (stop cut the client but kept its entry)."""
+    b, engine = _endable(tmp_path)
+    a, c = socket.socketpair()
+    assert b.begin_forward(c, True)
+    ender = threading.Thread(target=b.stop, kwargs={"grace": 0.3})
+    ender.start()
+    time.sleep(1.5)  # the accept loop's end (up to 0.5 s), then the grace
+    up = socket.socket(socket.AF_UNIX)
+    up.connect(engine.path)
+    assert not b.upstream_of(c, up)
+    b.done(c)
+    ender.join(15)
+    for s in (a, c, up):
+        s.close()

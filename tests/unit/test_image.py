@@ -79,6 +79,8 @@ def test_the_shipped_lock_loads():
     ("base: {ref: x, digest: latest}\n", "is not sha256"),
     ("nobase: 1\n", "no 'base' mapping"),
     ("base: {ref: x, digest: 'sha256:" + "a" * 64 + "'}\nfile_capabilities: x\n", "file_capabilities"),
+    # review 49: a version goes into the build's apt-get line as it is
+    ("base: {ref: x, digest: 'sha256:" + "a" * 64 + "'}\napt: {packages: {curl: '8.1; id'}}\n", "Debian versions"),
 ])
 def test_bad_locks_are_refused(tmp_path, text, err):
     p = tmp_path / "lock.yml"

@@ -172,7 +172,7 @@ def test_review_48_reset_waits_for_a_start_in_progress(monkeypatch, tmp_path):
     monkeypatch.setattr(sessions, "_client", lambda cfg: touched.append(cfg))
     monkeypatch.setattr(sessions, "find", lambda *a, **k: touched.append(a) or [])
     cfg = _lock_cfg(monkeypatch, tmp_path)
-    held = sessions._start_lock(tmp_path / "sessions" / "alice.x.start-lock", 1, os.getuid(), os.getgid())
+    held = sessions._start_lock(sessions.start_lock_path(tmp_path, "alice", "x"), 1, os.getuid(), os.getgid())
     try:
         with pytest.raises(sessions.SessionError, match="another start of this session holds"):
             sessions.reset(cfg, sessions.Caller("alice", False), "x", timeout=0.3)
@@ -180,3 +180,10 @@ def test_review_48_reset_waits_for_a_start_in_progress(monkeypatch, tmp_path):
     finally:
         fcntl.flock(held, fcntl.LOCK_UN)
         os.close(held)
+
+
+def test_review_49_start_locks_of_two_persons_never_share_a_name(tmp_path):
+    """Review 49: `alice.x`'s lock of workflow `y` and `alice`'s of `x.y` were one file."""
+    from kooi import sessions
+
+    assert sessions.start_lock_path(tmp_path, "alice.x", "y") != sessions.start_lock_path(tmp_path, "alice", "x.y")

