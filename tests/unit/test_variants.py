@@ -132,7 +132,7 @@ def test_review_49_a_version_is_a_debian_version_or_nothing_is_built(tmp_path, b
     else:
         url = "http://deb.example/debian/dists/trixie/main/binary-amd64/Packages.xz"
         before = INDEX[url]
-        INDEX[url] = before + f"\nPackage: yq\nVersion: 4.0$(touch${{IFS}}/pwned)\n"
+        INDEX[url] = before + "\nPackage: yq\nVersion: 4.0$(touch${IFS}/pwned)\n"
         try:
             with pytest.raises(v.VariantError, match="not a Debian package and version"):
                 v.check({"pg": {"packages": ["yq"]}}, lock, base_lock, "amd64", write=True, fetch=fetch)
