@@ -72,13 +72,17 @@ def load_lock(path: Path | str) -> Lock:
             raise ImageError(f"{path}: base.{key} is missing")
     if not DIGEST_RE.match(base["digest"]):
         raise ImageError(f"{path}: base.digest {base['digest']!r} is not sha256:<64 hex>")
-    packages = (raw.get("apt") or {}).get("packages") or {} if isinstance(raw.get("apt") or {}, dict) else None
-    from .variants import PACKAGE_RE, VERSION_RE
+    apt = raw.get("apt") or {}
+    packages = apt.get("packages") or {} if isinstance(apt, dict) else None
+    sources = apt.get("sources") or [] if isinstance(apt, dict) else None
+    from .variants import PACKAGE_RE, SOURCE_RE, VERSION_RE
 
+    # They go into the build's shell lines as they are (reviews 49, 50).
     if not isinstance(packages, dict) or not all(
             PACKAGE_RE.match(str(k)) and VERSION_RE.match(str(v)) for k, v in packages.items()):
-        # They go into the build's apt-get line as they are (review 49).
         raise ImageError(f"{path}: apt.packages must map Debian package names to Debian versions")
+    if not isinstance(sources, list) or not all(isinstance(x, str) and SOURCE_RE.match(x) for x in sources):
+        raise ImageError(f"{path}: apt.sources must be one-line apt sources (deb URI SUITE COMPONENT...)")
     caps = raw.get("file_capabilities") or []
     if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
         raise ImageError(f"{path}: file_capabilities must be a list of 'PATH CAPS' strings")

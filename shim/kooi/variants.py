@@ -356,8 +356,11 @@ def check(declared: Any, lock_path: Path, base_lock: Path, arch: str, write: boo
     try:
         base = yaml.safe_load(base_lock.read_text())
         base_sources = list(((base or {}).get("apt") or {}).get("sources") or [])
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, yaml.YAMLError, AttributeError, TypeError) as exc:
         raise VariantError(f"{base_lock}: cannot read the runner image lock: {exc}") from None
+    if not all(isinstance(x, str) and SOURCE_RE.match(x) for x in base_sources):
+        # They go into the variant's build as they are (review 50).
+        raise VariantError(f"{base_lock}: apt.sources must be one-line apt sources (deb URI SUITE COMPONENT...)")
     resolved = resolve(variants, wanted, base_sources, arch, fetch) if wanted else {}
     new: dict[str, dict[str, Any]] = {}
     for name, v in variants.items():

@@ -2210,3 +2210,28 @@ def test_review_48_every_carrier_of_a_risky_file_is_named(repo, tmp_path_factory
     rec = g.check()
     said = {c["path"]: c["change"] for c in rec["watched_changed"]}
     assert "refs/heads/side" in said.get(".envrc", "") and "HEAD@{" in said.get(".envrc", ""), said
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_review_50_a_tag_of_a_tree_is_judged_like_the_tree(repo, tmp_path_factory, depth):
+    """Review 50 (medium/high): an annotated tag (or a tag of one) of a tree in ORIG_HEAD
+    was neither a tree to kooi nor anything `git log` walks (it drops it, exit 0):
+    nothing said, and `git restore --source=ORIG_HEAD -- .` wrote its `.envrc`."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
+    obj = tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
+    kind = "tree"
+    for n in range(depth):
+        obj = git(repo, "mktag", git_dir=view, input_text=f"object {obj}\ntype {kind}\ntag t{n}\n"
+                                                          "tagger a <a@b> 1700000000 +0000\n\nx\n").strip()
+        kind = "tag"
+    (view / "ORIG_HEAD").write_text(obj + "\n")
+    rec = g.check()
+    said = {c["path"]: c["change"] for c in rec["watched_changed"]}
+    assert tree[:12] in said.get(".envrc", "") and "ORIG_HEAD" in said.get(".envrc", ""), (said, rec["refused"])
+    _host_git(repo, "restore", "--source=ORIG_HEAD", "--", ".")
+    assert (repo / ".envrc").read_text() == "echo pwned\n"

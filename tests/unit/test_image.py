@@ -81,6 +81,9 @@ def test_the_shipped_lock_loads():
     ("base: {ref: x, digest: 'sha256:" + "a" * 64 + "'}\nfile_capabilities: x\n", "file_capabilities"),
     # review 49: a version goes into the build's apt-get line as it is
     ("base: {ref: x, digest: 'sha256:" + "a" * 64 + "'}\napt: {packages: {curl: '8.1; id'}}\n", "Debian versions"),
+    # review 50: so does a source
+    ("base: {ref: x, digest: 'sha256:" + "a" * 64 + "'}\napt: {sources: [\"deb http://d/ t main' ; id ; echo '\"]}\n",
+     "one-line apt sources"),
 ])
 def test_bad_locks_are_refused(tmp_path, text, err):
     p = tmp_path / "lock.yml"

@@ -139,3 +139,11 @@ def test_review_49_a_version_is_a_debian_version_or_nothing_is_built(tmp_path, b
         finally:
             INDEX[url] = before
         assert not lock.exists()
+
+
+def test_review_50_the_runner_locks_sources_are_apt_sources_or_nothing_is_built(tmp_path):
+    """Review 50: the runner image lock's sources went into the variant's build unchecked."""
+    base = tmp_path / "runner.lock.yml"
+    base.write_text("apt:\n  sources:\n    - \"deb http://d/ t main' ; touch /pwned ; echo '\"\n")
+    with pytest.raises(v.VariantError, match="one-line apt sources"):
+        v.check({"pg": {"packages": ["libpq5"]}}, tmp_path / "l.yml", base, "amd64", write=True, fetch=fetch)

@@ -447,6 +447,22 @@ def commits_of(gitdir: str | os.PathLike[str], ids: list[str], kinds: tuple[str,
             if kind in kinds]
 
 
+def trees_named(gitdir: str | os.PathLike[str], ids: list[str]) -> list[tuple[str, str]] | None:
+    """(id, tree) of the IDS that are a tree, or a tag (of a tag...) of one: what git's
+    tree-ish takes (`git checkout ID -- .`), which `git log` drops without a word
+    (review 50: a tag of a tree in ORIG_HEAD)."""
+    if not ids:
+        return []
+    out = git_plumbing(gitdir, "cat-file", "--batch-check=%(objectname) %(objecttype)",
+                       stdin="".join(f"{i}^{{}}\n" for i in ids).encode())
+    if out is None:
+        return None
+    lines = out.decode(errors="replace").splitlines()
+    if len(lines) != len(ids):
+        return None
+    return [(i, line.split(" ", 1)[0]) for i, line in zip(ids, lines) if line.endswith(" tree")]
+
+
 def introduced(gitdir: str | os.PathLike[str], tips: list[str], old: list[str],
                max_commits: int) -> tuple[list[tuple[str, str, str, int, str]], int] | None:
     """(commit, the tip it was reached from, path, mode, object id) of every file that a

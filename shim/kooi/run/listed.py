@@ -22,6 +22,7 @@ from .gitdata import (
     read_tips,
     refs_changed,
     tree_changes,
+    trees_named,
 )
 from .protected import compiled, py_shadow_name
 from .shadows import MAX_GIT_DIRS as SHADOWED_GIT_DIRS
@@ -287,13 +288,14 @@ class Listed:
         # ORIG_HEAD -- .`, `git restore --source=HEAD@{1}` wrote the files of a tree the
         # workload left there; AUTO_MERGE holds one by design): its files against the
         # commit the project had checked out.
-        trees = commits_of(gitdir, tips, ("tree",))
-        tree_files = [tree_changes(gitdir, start, t) for t in trees or ()]
-        if found is None or trees is None or any(f is None for f in tree_files):
+        named = trees_named(gitdir, tips)
+        tree_files = [tree_changes(gitdir, start, tree) for _, tree in named or ()]
+        if found is None or named is None or any(f is None for f in tree_files):
             return [{"path": f"{repo.git}/logs", "change": f"the run's commits{of} could not be read: check `git "
                                                           "reflog` before you check out an earlier HEAD"}]
+        trees = {tree for _, tree in named}
         changes, commits = found
-        changes = [(t, t, path, mode, oid) for t, files in zip(trees or (), tree_files)
+        changes = [(tree, tip, path, mode, oid) for (tip, tree), files in zip(named, tree_files)
                    for path, mode, oid in files or ()] + changes
         out: list[dict[str, str]] = []
         if commits >= MAX_COMMITS:
@@ -322,7 +324,7 @@ class Listed:
             target = entry_target(gitdir, mode, oid)
             if (why := self._risky(at + rel, mode, target, names.get(commit, set()))) is not None:
                 where = labels.get(source, source[:12])
-                if commit in (trees or ()):
+                if commit in trees:
                     out.append({"path": at + rel, "change": f"in the tree {commit[:12]}{of} that {where} names "
                                                             f"({why}): `git checkout {where} -- .` on the host "
                                                             "writes it"})
