@@ -192,6 +192,16 @@ class Broker:
             self._forwarding.pop(client, None)
             self._idle.notify_all()
 
+    def _mark_cut(self, writes: bool | None) -> list[socket.socket]:
+        """Mark the requests being forwarded (those that WRITES or not; None: all) cut,
+        and return their connections (client and engine). The lock is held."""
+        out: list[socket.socket] = []
+        for c, entry in self._forwarding.items():
+            if writes is None or entry[1] == writes:
+                entry[2] = True
+                out += [s for s in (c, entry[0]) if s is not None]
+        return out
+
     def stop(self, grace: float = STOP_GRACE) -> None:
         """No request reaches the engine once this returns: connections still being read
         are cut off, and so are streams and waits (attach, logs, events, wait); requests
@@ -201,21 +211,14 @@ class Broker:
             self.server.shutdown()  # no new connections
         with self.lock:
             self.closing = True
-            cut = [*self._reading]
-            for c, entry in self._forwarding.items():
-                if not entry[1]:
-                    entry[2] = True
-                    cut += [s for s in (c, entry[0]) if s is not None]
+            cut = [*self._reading, *self._mark_cut(writes=False)]
         for c in cut:
             _cut(c)
         deadline = time.monotonic() + grace
         with self.lock:
             while self._forwarding and (left := deadline - time.monotonic()) > 0:
                 self._idle.wait(left)
-            cut = []
-            for c, entry in self._forwarding.items():
-                entry[2] = True
-                cut += [s for s in (c, entry[0]) if s is not None]
+            cut = self._mark_cut(writes=None)
         for c in cut:
             _cut(c)
         # (a request still being read or decided, say on an ownership look-up, can no

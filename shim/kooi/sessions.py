@@ -151,10 +151,7 @@ def start(cfg: EngineConfig, who: Caller, name: str, project: Path, timeout: flo
     # One start at a time per person and workflow, from the look for a running one until
     # it runs (review 14: two at once, e.g. VS Code's parallel SSH connections, both
     # started, on one kept home, and every later command refused the pair).
-    from .run import RUN_DIR
-
-    lock = _start_lock(start_lock_path(RUN_DIR, who.person, name), timeout, cfg.runner_uid,
-                       cfg.runner_gid)
+    lock = _take_start_lock(cfg, who.person, name, timeout)
     try:
         return _start_locked(cfg, who, name, project, wf, timeout, workflow_dir, engine_config, lock)
     finally:
@@ -166,6 +163,12 @@ def start_lock_path(run_dir: Path, person: str, name: str) -> Path:
     (review 49: `alice.x`'s of `y` and `alice`'s of `x.y` shared `alice.x.y`, and one
     person's logins held the other's start and reset)."""
     return run_dir / "sessions" / f"{person}+{name}.start-lock"
+
+
+def _take_start_lock(cfg: EngineConfig, person: str, name: str, timeout: float) -> int:
+    from .run import RUN_DIR
+
+    return _start_lock(start_lock_path(RUN_DIR, person, name), timeout, cfg.runner_uid, cfg.runner_gid)
 
 
 def _start_lock(path: Path, timeout: float, runner_uid: int, runner_gid: int) -> int:
@@ -343,13 +346,10 @@ def stop(cfg: EngineConfig, who: Caller, name: str | None, timeout: float = 120.
 
 def reset(cfg: EngineConfig, who: Caller, name: str, timeout: float = 60) -> str:
     """Remove WHO's kept home for sessions of workflow NAME (none may be running)."""
-    from .run import RUN_DIR
-
     # Under the start lock (review 48: a reset between a start's look at the home and its
     # container's create removed the home; the engine made an unlabelled one in its
     # place, and every later start and reset of that person's session refused it).
-    lock = _start_lock(start_lock_path(RUN_DIR, who.person, name), timeout, cfg.runner_uid,
-                       cfg.runner_gid)
+    lock = _take_start_lock(cfg, who.person, name, timeout)
     try:
         return _reset_locked(cfg, who, name)
     finally:

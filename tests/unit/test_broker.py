@@ -600,6 +600,17 @@ def _endable(tmp_path, delay: float = 0.0) -> tuple[Broker, ScriptedEngine]:
     return b, engine
 
 
+def _forwarded(b: Broker, engine: ScriptedEngine, request: bytes) -> socket.socket:
+    """A client of B that sent REQUEST, once the engine has it."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(b.listen)
+    s.sendall(request)
+    deadline = time.monotonic() + 5
+    while not engine.got and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return s
+
+
 def test_a_request_held_back_until_the_run_ends_never_reaches_the_engine(tmp_path):
     """Review 48 (high): a nested container sent a request's head without its last CRLF,
     waited until the broker had stopped, then finished it: the broker still decided and
@@ -627,12 +638,7 @@ def test_a_request_on_its_way_when_the_run_ends_is_let_finish_first(tmp_path):
     """A create already forwarded when the run ends is waited for: the cleanup after
     stop() lists what it made."""
     b, engine = _endable(tmp_path, delay=1.0)
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(b.listen)
-    s.sendall(b"POST /v1.41/auth HTTP/1.1\r\nHost: docker\r\nContent-Length: 2\r\n\r\n{}")
-    deadline = time.monotonic() + 5
-    while not engine.got and time.monotonic() < deadline:
-        time.sleep(0.05)
+    s = _forwarded(b, engine, b"POST /v1.41/auth HTTP/1.1\r\nHost: docker\r\nContent-Length: 2\r\n\r\n{}")
     b.stop()
     s.settimeout(5)
     assert s.recv(4096).startswith(b"HTTP/1.1 200 OK")
@@ -642,15 +648,11 @@ def test_a_stream_open_when_the_run_ends_does_not_hold_it(tmp_path):
     """A stream (events, attach, logs, a wait) the engine holds open is cut at once, not
     waited for."""
     b, engine = _endable(tmp_path, delay=60.0)
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(b.listen)
-    s.sendall(b"GET /v1.41/events HTTP/1.1\r\nHost: docker\r\n\r\n")
-    deadline = time.monotonic() + 5
-    while not engine.got and time.monotonic() < deadline:
-        time.sleep(0.05)
+    s = _forwarded(b, engine, b"GET /v1.41/events HTTP/1.1\r\nHost: docker\r\n\r\n")
     t0 = time.monotonic()
     b.stop()
     assert time.monotonic() - t0 < 5
+    s.close()
 
 
 def test_review_49_a_request_cut_at_the_end_of_the_grace_is_not_forwarded(tmp_path):

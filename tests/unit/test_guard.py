@@ -2011,6 +2011,19 @@ def test_review_44_packed_refs_and_shallow_as_git_reads_them(repo, tmp_path_fact
     assert now == before
 
 
+def _run_with_an_envrc_tree(repo: Path, tmp_path_factory) -> tuple[Guard, Path, str, str]:
+    """A guarded run on REPO's first commit (HEAD) whose workload wrote a tree holding a
+    `.envrc` into the git objects: (guard, the workload's view of .git, tree, HEAD)."""
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    g = guarded(repo)
+    base = tmp_path_factory.mktemp("runs") / "s"
+    view = simulate(repo, g.shadows(base), base)
+    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
+    tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
+    return g, view, tree, git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+
+
 @pytest.mark.parametrize("how", ["reflog-without-tab", "symbolic-orig-head", "symbolic-cherry-pick-head",
                                  "reflog-names-a-symref", "symbolic-branch", "symbolic-reflog-file"])
 def test_review_46_every_name_git_resolves_in_the_git_directory_is_judged(repo, tmp_path_factory, how):
@@ -2021,14 +2034,7 @@ def test_review_46_every_name_git_resolves_in_the_git_directory_is_judged(repo, 
     (`git reset --hard ORIG_HEAD`), a reflog's NAME that is itself such a symref, a
     branch that is one (`git checkout feature`: only "could not be read" was said). Git
     resolves the names kooi judges by."""
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    g = guarded(repo)
-    base = tmp_path_factory.mktemp("runs") / "s"
-    view = simulate(repo, g.shadows(base), base)
-    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
-    tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
-    head = git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+    g, view, tree, head = _run_with_an_envrc_tree(repo, tmp_path_factory)
     evil = git(repo, "commit-tree", "-p", head, "-m", "evil", tree, git_dir=view).strip()
     (view / "objects/info").mkdir(exist_ok=True)
     (view / "objects/info/m").write_text(evil + "\n")
@@ -2106,14 +2112,7 @@ def test_review_46_a_name_git_gives_up_on_hides_no_other(repo, tmp_path_factory)
     """`git cat-file --batch-check` gives up on a whole batch at `HEAD@{999}` (a reflog's
     checkout of a name no host command resolves either): the names beside it are still
     resolved and their commits judged, not the whole reflog said unreadable."""
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    g = guarded(repo)
-    base = tmp_path_factory.mktemp("runs") / "s"
-    view = simulate(repo, g.shadows(base), base)
-    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
-    tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
-    head = git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+    g, view, tree, head = _run_with_an_envrc_tree(repo, tmp_path_factory)
     evil = git(repo, "commit-tree", "-p", head, "-m", "evil", tree, git_dir=view).strip()
     (view / "objects/info").mkdir(exist_ok=True)
     (view / "objects/info/m").write_text(evil + "\n")
@@ -2144,14 +2143,7 @@ def test_review_47_a_tree_a_pseudo_ref_or_reflog_names_is_judged(repo, tmp_path_
     """Review 47 (medium): a tree id, not a commit, in ORIG_HEAD, HEAD's reflog,
     FETCH_HEAD or AUTO_MERGE (which holds a tree by design) was dropped as no commit;
     `git checkout ORIG_HEAD -- .`, `git restore --source=HEAD@{1} -- .` wrote its `.envrc`."""
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    g = guarded(repo)
-    base = tmp_path_factory.mktemp("runs") / "s"
-    view = simulate(repo, g.shadows(base), base)
-    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
-    tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
-    head = git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+    g, view, tree, head = _run_with_an_envrc_tree(repo, tmp_path_factory)
     if where == "reflog":
         with (view / "logs/HEAD").open("a") as f:
             f.write(f"{head} {tree} a <a@b> 1796684116 +0000\treset: moving to HEAD\n")
@@ -2173,14 +2165,7 @@ def test_review_47_a_ref_is_read_as_git_reads_it(repo, tmp_path_factory, tail):
     whatever comes after; with a NUL the check crashed (the run failed, and so did every
     later one on the project), with ` junk` the commit was only said unreadable. The
     branch's commit is judged like any other (`git checkout nul` wrote its `.envrc`)."""
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    g = guarded(repo)
-    base = tmp_path_factory.mktemp("runs") / "s"
-    view = simulate(repo, g.shadows(base), base)
-    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
-    tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
-    head = git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+    g, view, tree, head = _run_with_an_envrc_tree(repo, tmp_path_factory)
     evil = git(repo, "commit-tree", "-p", head, "-m", "evil", tree, git_dir=view).strip()
     (view / "refs/heads/odd").write_bytes(evil.encode() + tail.encode() + b"\n")
     rec = g.check()
@@ -2193,14 +2178,7 @@ def test_review_47_a_ref_is_read_as_git_reads_it(repo, tmp_path_factory, tail):
 def test_review_48_every_carrier_of_a_risky_file_is_named(repo, tmp_path_factory):
     """Review 48 (low): one `.envrc` (same content) on a new branch and in a commit left
     only in a reflog was named on the branch alone; deleting that branch left the other."""
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    g = guarded(repo)
-    base = tmp_path_factory.mktemp("runs") / "s"
-    view = simulate(repo, g.shadows(base), base)
-    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
-    tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
-    head = git(repo, "rev-parse", "HEAD", git_dir=view).strip()
+    g, view, tree, head = _run_with_an_envrc_tree(repo, tmp_path_factory)
     on_branch = git(repo, "commit-tree", "-p", head, "-m", "one", tree, git_dir=view).strip()
     hidden = git(repo, "commit-tree", "-p", head, "-m", "two", tree, git_dir=view).strip()
     (view / "refs/heads/side").write_text(on_branch + "\n")
@@ -2217,14 +2195,8 @@ def test_review_50_a_tag_of_a_tree_is_judged_like_the_tree(repo, tmp_path_factor
     """Review 50 (medium/high): an annotated tag (or a tag of one) of a tree in ORIG_HEAD
     was neither a tree to kooi nor anything `git log` walks (it drops it, exit 0):
     nothing said, and `git restore --source=ORIG_HEAD -- .` wrote its `.envrc`."""
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    g = guarded(repo)
-    base = tmp_path_factory.mktemp("runs") / "s"
-    view = simulate(repo, g.shadows(base), base)
-    blob = git(repo, "hash-object", "-w", "--stdin", git_dir=view, input_text="echo pwned\n").strip()
-    obj = tree = git(repo, "mktree", git_dir=view, input_text=f"100644 blob {blob}\t.envrc\n").strip()
-    kind = "tree"
+    g, view, tree, _ = _run_with_an_envrc_tree(repo, tmp_path_factory)
+    obj, kind = tree, "tree"
     for n in range(depth):
         obj = git(repo, "mktag", git_dir=view, input_text=f"object {obj}\ntype {kind}\ntag t{n}\n"
                                                           "tagger a <a@b> 1700000000 +0000\n\nx\n").strip()

@@ -410,8 +410,7 @@ def resolve_names(gitdir: str | os.PathLike[str], names: list[bytes], calls: int
     entries"), which no host command resolves either: the batch is halved until they
     stand alone, at most CALLS git runs."""
     budget = [calls]
-    if names and git_plumbing(gitdir, "cat-file", "--batch-check=%(objectname)") is None:
-        return None  # git fails on no name at all: nothing is resolved, said (never skipped)
+    works: list[bool] = []  # whether git runs here at all, asked once a batch fails
 
     def batch(part: list[bytes]) -> dict[bytes, str] | None:
         if not part:
@@ -421,6 +420,10 @@ def resolve_names(gitdir: str | os.PathLike[str], names: list[bytes], calls: int
             return None
         out = git_plumbing(gitdir, "cat-file", "--batch-check=%(objectname)", stdin=b"".join(n + b"\n" for n in part))
         if out is None:
+            if not works:
+                works.append(git_plumbing(gitdir, "cat-file", "--batch-check=%(objectname)") is not None)
+            if not works[0]:
+                return None  # git fails on no name at all: nothing is resolved, said (never skipped)
             if len(part) == 1:
                 return {}  # git dies on it: nothing a host command checks out
             half = len(part) // 2
@@ -435,16 +438,23 @@ def resolve_names(gitdir: str | os.PathLike[str], names: list[bytes], calls: int
     return batch(names)
 
 
-def commits_of(gitdir: str | os.PathLike[str], ids: list[str], kinds: tuple[str, ...] = ("commit", "tag")) -> list[str] | None:
-    """The IDS that name a commit (or a tag; or an object of KINDS) in GITDIR's objects."""
-    if not ids:
-        return []
+def _kinds(gitdir: str | os.PathLike[str], names: list[str]) -> list[tuple[str, str]] | None:
+    """(object id, type) of each of NAMES in GITDIR (`git cat-file --batch-check`; a name
+    it lacks: (name, "missing")); None when git cannot tell."""
     out = git_plumbing(gitdir, "cat-file", "--batch-check=%(objectname) %(objecttype)",
-                       stdin="".join(f"{i}\n" for i in ids).encode())
+                       stdin="".join(f"{n}\n" for n in names).encode())
     if out is None:
         return None
-    return [oid for oid, _, kind in (line.decode(errors="replace").partition(" ") for line in out.splitlines())
-            if kind in kinds]
+    lines = [line.partition(" ") for line in out.decode(errors="replace").splitlines()]
+    return [(oid, kind) for oid, _, kind in lines] if len(lines) == len(names) else None
+
+
+def commits_of(gitdir: str | os.PathLike[str], ids: list[str]) -> list[str] | None:
+    """The IDS that name a commit (or a tag) in GITDIR's objects."""
+    if not ids:
+        return []
+    kinds = _kinds(gitdir, ids)
+    return None if kinds is None else [oid for oid, kind in kinds if kind in ("commit", "tag")]
 
 
 def trees_named(gitdir: str | os.PathLike[str], ids: list[str]) -> list[tuple[str, str]] | None:
@@ -453,14 +463,8 @@ def trees_named(gitdir: str | os.PathLike[str], ids: list[str]) -> list[tuple[st
     (review 50: a tag of a tree in ORIG_HEAD)."""
     if not ids:
         return []
-    out = git_plumbing(gitdir, "cat-file", "--batch-check=%(objectname) %(objecttype)",
-                       stdin="".join(f"{i}^{{}}\n" for i in ids).encode())
-    if out is None:
-        return None
-    lines = out.decode(errors="replace").splitlines()
-    if len(lines) != len(ids):
-        return None
-    return [(i, line.split(" ", 1)[0]) for i, line in zip(ids, lines) if line.endswith(" tree")]
+    kinds = _kinds(gitdir, [f"{i}^{{}}" for i in ids])
+    return None if kinds is None else [(i, oid) for i, (oid, kind) in zip(ids, kinds) if kind == "tree"]
 
 
 def introduced(gitdir: str | os.PathLike[str], tips: list[str], old: list[str],
